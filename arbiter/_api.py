@@ -1,0 +1,179 @@
+"""The verbs behind the CLI and the Python API (`arbiter.check`, `arbiter.run`, ...)."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._check import build_candidate, check_candidate
+from ._errors import ArbiterError, InputError, LaneError, SpecError
+from ._inputs import input_shapes, output_shape, random_inputs, validate_inputs
+from ._lane import Lane
+from ._oracle import budget_of
+from ._region import Region
+from ._registry import get_lane, lane_names
+from ._spec import Spec, load_spec
+from ._values import Config, Measurement
+
+__all__ = ["check", "lane_table", "parse_config", "run", "run_npz", "usable_lanes"]
+
+
+def lane_table() -> list[dict[str, Any]]:
+    rows = []
+    for name in lane_names():
+        try:
+            lane = get_lane(name)
+            av = lane.available()
+            rows.append({"name": name, "platform": lane.platform.value,
+                         "available": bool(av.ok), "reason": av.reason})
+        except Exception as e:  # a broken plug-in is reported, not fatal
+            rows.append({"name": name, "platform": "?", "available": False,
+                         "reason": f"failed to load: {type(e).__name__}: {e}"})
+    return rows
+
+
+def usable_lanes(names: Sequence[str] | None) -> list[Lane]:
+    """Available lanes; explicitly named lanes must exist and be available."""
+    if names is None:
+        out = []
+        for n in lane_names():
+            lane = get_lane(n)
+            if lane.available():
+                out.append(lane)
+        return out
+    lanes = [get_lane(n.strip()) for n in names if n.strip()]
+    if not lanes:
+        raise LaneError("no lanes named")
+    for lane in lanes:
+        av = lane.available()
+        if not av:
+            raise LaneError(f"lane {lane.name!r} is not available here: {av.reason}")
+    return lanes
+
+
+def _spec(spec: str | Path | Spec) -> Spec:
+    return spec if isinstance(spec, Spec) else load_spec(spec)
+
+
+def check(
+    spec: str | Path | Spec, *, lanes: Sequence[str] | None = None, budget: float | None = None
+) -> list[dict[str, Any]]:
+    """Every applicable, available lane's default config on every region, against the oracle."""
+    chosen = usable_lanes(lanes)
+    rows = []
+    for region in _spec(spec):
+        b = budget_of(region, budget)
+        for lane in chosen:
+            if lane.applies_to(region) is not None:
+                continue
+            m = check_candidate(lane, region, lane.space(region).default, b)
+            detail = "" if m.status.value == "ok" else m.log.strip().splitlines()[-1:]
+            rows.append({
+                "region": region.name, "lane": lane.name, "status": m.status.value,
+                "rel_error": m.rel_error, "max_abs": m.max_abs, "budget": b,
+                "detail": detail[0] if detail else "",
+            })
+    return rows
+
+
+def _coerce(text: str, choices: Sequence[Any]) -> Any:
+    for c in choices:
+        if str(c) == text or (isinstance(c, bool) and text.lower() == str(c).lower()):
+            return c
+    raise ValueError(text)
+
+
+def parse_config(lane: Lane, region: Region, items: Sequence[str] | Mapping[str, Any]) -> Config:
+    """`k=v` strings (or a mapping) -> a complete, valid Config for this lane and region."""
+    space = lane.space(region)
+    choices = {t.name: t.choices for t in space.tunables}
+    values: dict[str, Any] = {}
+    pairs = items.items() if isinstance(items, Mapping) else (_split(s) for s in items)
+    for k, v in pairs:
+        if k not in choices:
+            raise ArbiterError(f"lane {lane.name}: unknown tunable {k!r} "
+                               f"(known: {', '.join(choices) or 'none'})")
+        try:
+            values[k] = _coerce(v, choices[k]) if isinstance(v, str) else v
+        except ValueError:
+            raise ArbiterError(f"lane {lane.name}: {k}={v} not among "
+                               f"{list(choices[k])}") from None
+    config = space.complete(values)
+    problem = space.violation(config)
+    if problem:
+        raise ArbiterError(f"lane {lane.name}: config {config} is invalid: {problem}")
+    return config
+
+
+def _split(item: str) -> tuple[str, str]:
+    k, sep, v = item.partition("=")
+    if not sep or not k.strip():
+        raise ArbiterError(f"--config expects K=V, got {item!r}")
+    return k.strip(), v.strip()
+
+
+def run(
+    region: Region,
+    *,
+    lane: str,
+    config: Mapping[str, Any] | Sequence[str] | None = None,
+    **arrays: np.ndarray,
+) -> np.ndarray:
+    """Compute `region` on `arrays` with one lane (the default config unless given)."""
+    ln = get_lane(lane)
+    av = ln.available()
+    if not av:
+        raise LaneError(f"lane {lane!r} is not available here: {av.reason}")
+    why = ln.applies_to(region)
+    if why is not None:
+        raise LaneError(f"lane {lane!r} does not apply to {region.label}: {why}")
+    cfg = parse_config(ln, region, config or {})
+    inputs = validate_inputs(region, arrays)
+    built = build_candidate(ln, region, cfg)
+    if isinstance(built, Measurement):
+        raise ArbiterError(f"lane {lane!r} could not build {region.label}: "
+                           f"{built.status.value}: {built.log.strip().splitlines()[0]}")
+    runner = ln.runner(built, region)
+    try:
+        out = np.empty(output_shape(region), np.float32)
+        runner.run(inputs, out)
+    finally:
+        runner.close()
+    return out
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        return {}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: not a readable .npz file ({e})") from None
+
+
+def run_npz(
+    spec: str | Path | Spec, region_name: str, *, lane: str, config: Sequence[str],
+    inputs: str, output: str, seed: int = 0,
+) -> dict[str, Any]:
+    """`arbiter run`: inputs from an npz (missing ones drawn and saved), result to an npz."""
+    region = _spec(spec).get(region_name)
+    in_path, out_path = Path(inputs), Path(output)
+    if out_path.suffix != ".npz":
+        raise SpecError(f"{out_path}: output file must end in .npz")
+    arrays = _load_npz(in_path)
+    drawn = random_inputs(region, seed)
+    missing = [n for n in input_shapes(region) if n not in arrays]
+    for n in missing:
+        arrays[n] = drawn[n]
+    out = run(region, lane=lane, config=config, **arrays)
+    if missing and not in_path.exists():
+        np.savez(in_path, **{n: arrays[n] for n in input_shapes(region)})
+    np.savez(out_path, out=out, **{n: arrays[n] for n in input_shapes(region)})
+    ln = get_lane(lane)
+    return {"lane": lane, "shape": out.shape, "drawn": missing,
+            "config": str(parse_config(ln, region, config))}

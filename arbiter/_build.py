@@ -1,0 +1,80 @@
+"""Content-hash build cache and compiler invocation shared by every compiling lane.
+
+Everything that changes the binary goes into `build_key`: source text, compiler path and
+version line, flags, target arch, lane name and version. A build happens in a temporary
+directory and is moved into the cache atomically, so a crash mid-build never leaves a
+half-written library under a valid key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from ._errors import BuildError
+from ._settings import settings
+
+__all__ = ["build_key", "cached_build", "compiler_identity", "run_tool"]
+
+
+def run_tool(argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None) -> tuple[int, str]:
+    """Run a compiler (never through a shell); returns (exit code, combined output)."""
+    try:
+        p = subprocess.run(
+            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]}: timed out after {timeout:.0f}s"
+    return p.returncode, (p.stdout + p.stderr)
+
+
+@lru_cache(maxsize=None)
+def compiler_identity(compiler: str) -> str:
+    """Resolved path plus first version line: part of every build key."""
+    path = shutil.which(compiler)
+    if path is None:
+        return ""
+    rc, out = run_tool([path, "--version"], timeout=30)
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    return f"{path}|{lines[0] if lines else rc}"
+
+
+def build_key(*, source: str, compiler: str, flags: Sequence[str], arch: str, lane: str) -> str:
+    h = hashlib.sha256()
+    for part in (lane, compiler_identity(compiler), arch, "\0".join(flags), source):
+        h.update(part.encode())
+        h.update(b"\0\1")
+    return h.hexdigest()
+
+
+def cached_build(
+    key: str, suffix: str, build: Callable[[Path, Path], tuple[int, str]]
+) -> tuple[Path, float, bool, str]:
+    """Return (path, compile seconds, was cached, log) for the artifact under `key`.
+
+    `build(tmpdir, target)` must write `target` and return (exit code, log); a non-zero code
+    raises `BuildError` carrying the log.
+    """
+    root = settings().cache_dir
+    final = root / key[:2] / f"{key}{suffix}"
+    if final.exists():
+        return final, 0.0, True, ""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="arbiter-build-", dir=final.parent) as tmp:
+        target = Path(tmp) / f"out{suffix}"
+        t0 = time.perf_counter()
+        rc, log = build(Path(tmp), target)
+        seconds = time.perf_counter() - t0
+        if rc != 0 or not target.exists():
+            raise BuildError(f"compile failed (exit {rc})", log)
+        os.replace(target, final)
+    return final, seconds, False, log

@@ -1,0 +1,106 @@
+"""Array names, shapes and validation per region kind; seeded random inputs; poisoning."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from ._errors import InputError
+from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
+
+__all__ = [
+    "POISON_BITS",
+    "input_shapes",
+    "output_shape",
+    "poison",
+    "random_inputs",
+    "untouched_count",
+    "validate_output",
+    "validate_inputs",
+]
+
+# A quiet-NaN bit pattern no arithmetic produces by accident: a runner that leaves an output
+# element unwritten is caught by this exact pattern, told apart from a NaN it computed.
+POISON_BITS = np.uint32(0x7FC0DEAD)
+
+
+def input_shapes(region: Region) -> dict[str, tuple[int, ...]]:
+    """Required arrays and their shapes, in the order runners pass them."""
+    if isinstance(region, FusedRegion):
+        shapes: dict[str, tuple[int, ...]] = {"A": (region.M, region.K), "B": (region.K, region.N)}
+    elif isinstance(region, RowwiseRegion):
+        shapes = {"X": (region.M, region.N)}
+    elif isinstance(region, AttentionRegion):
+        b, h = region.batch, region.heads
+        return {
+            "q": (b, h, region.seq_q, region.head_dim),
+            "k": (b, h, region.seq_k, region.head_dim),
+            "v": (b, h, region.seq_k, region.head_dim),
+        }
+    else:
+        raise TypeError(f"not a region: {region!r}")
+    if region.has_bias:
+        shapes["bias"] = (region.N,)
+    if region.residual:
+        shapes["residual"] = (region.M, region.N)
+    return shapes
+
+
+def output_shape(region: Region) -> tuple[int, ...]:
+    if isinstance(region, AttentionRegion):
+        return (region.batch, region.heads, region.seq_q, region.head_dim)
+    return (region.M, region.N)
+
+
+def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Check every array the region needs: present, float32, right shape, C-contiguous.
+
+    Returns the arrays to pass to native code. Extra arrays are ignored. Raises one
+    `InputError` naming the first problem.
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, shape in input_shapes(region).items():
+        if name not in arrays or arrays[name] is None:
+            raise InputError(f"{region.label}: missing input {name!r} of shape {shape}")
+        a = arrays[name]
+        if not isinstance(a, np.ndarray):
+            raise InputError(f"{region.label}: input {name!r} is {type(a).__name__}, not an array")
+        if a.dtype != np.float32:
+            raise InputError(f"{region.label}: input {name!r} has dtype {a.dtype}, need float32")
+        if a.shape != shape:
+            raise InputError(f"{region.label}: input {name!r} has shape {a.shape}, need {shape}")
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+def validate_output(region: Region, out: object) -> np.ndarray:
+    shape = output_shape(region)
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape:
+        got = getattr(out, "shape", None), getattr(out, "dtype", None)
+        raise InputError(f"{region.label}: output must be float32 {shape}, got {got}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise InputError(f"{region.label}: output must be a writeable C-contiguous array")
+    return out
+
+
+def random_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
+    """Standard-normal float32 inputs; B is scaled by 1/sqrt(K) so the product has unit variance
+    and activations and reductions see values in their interesting range."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, shape in input_shapes(region).items():
+        a = rng.standard_normal(shape, dtype=np.float32)
+        if name == "B":
+            a *= np.float32(1.0 / math.sqrt(shape[0]))
+        arrays[name] = a
+    return arrays
+
+
+def poison(out: np.ndarray) -> None:
+    out.view(np.uint32)[...] = POISON_BITS
+
+
+def untouched_count(out: np.ndarray) -> int:
+    return int(np.count_nonzero(out.view(np.uint32) == POISON_BITS))

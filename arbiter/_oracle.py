@@ -1,0 +1,135 @@
+"""The float64 numpy reference every lane is judged against, and the comparison itself."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._inputs import untouched_count, validate_inputs
+from ._ops import Epilogue, Pointwise, Reduction
+from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
+from ._values import Status
+
+__all__ = ["Verdict", "compare", "reference", "budget_of"]
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x * x * x)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free form of 1 / (1 + exp(-x))
+
+
+POINTWISE = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": _gelu,
+    "silu": lambda x: x * _sigmoid(x),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+}
+
+
+def _softmax(x: np.ndarray, eps: float) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    d = x - mu
+    return d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + eps)
+
+
+REDUCTIONS = {"softmax": _softmax, "rmsnorm": _rmsnorm, "layer_norm": _layer_norm}
+
+
+def _chain(
+    x: np.ndarray,
+    epilogue: tuple[Epilogue, ...],
+    bias: np.ndarray | None,
+    residual: np.ndarray | None,
+    reduction: Reduction | None,
+    eps: float,
+) -> np.ndarray:
+    for op in epilogue:
+        x = x + bias if op is Epilogue.BIAS else POINTWISE[op.value](x)
+    if residual is not None:
+        x = x + residual
+    if reduction is not None:
+        x = REDUCTIONS[reduction.value](x, eps)
+    return x
+
+
+def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * region.scale
+    if region.causal:
+        i = np.arange(region.seq_q)[:, None]
+        j = np.arange(region.seq_k)[None, :]
+        visible = j <= i + (region.seq_k - region.seq_q)
+        s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    dead = ~np.isfinite(m)  # rows that see no key output zeros
+    p = np.exp(s - np.where(dead, 0.0, m))
+    denom = p.sum(axis=-1, keepdims=True)
+    o = np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(dead, 1.0, denom)
+    return np.where(dead, 0.0, o)
+
+
+def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The region's exact result in float64, from validated float32 inputs."""
+    a = {k: v.astype(np.float64) for k, v in validate_inputs(region, arrays).items()}
+    if isinstance(region, AttentionRegion):
+        return _attention(region, a["q"], a["k"], a["v"])
+    if isinstance(region, FusedRegion):
+        x = a["A"]
+        for op in region.prologue:
+            x = POINTWISE[Pointwise(op).value](x)
+        x = x @ a["B"]
+    elif isinstance(region, RowwiseRegion):
+        x = a["X"]
+    else:
+        raise TypeError(f"not a region: {region!r}")
+    return _chain(x, region.epilogue, a.get("bias"), a.get("residual"), region.reduction, region.eps)
+
+
+def budget_of(region: Region, override: float | None = None) -> float:
+    if override is not None:
+        return override
+    return region.budget if region.budget is not None else DEFAULT_BUDGET
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    rel_error: float | None
+    max_abs: float | None
+    detail: str = ""
+
+
+def compare(out: np.ndarray, ref: np.ndarray, budget: float) -> Verdict:
+    """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error."""
+    n_untouched = untouched_count(out)
+    if n_untouched:
+        return Verdict(Status.UNTOUCHED, None, None, f"{n_untouched} of {out.size} elements unwritten")
+    finite = np.isfinite(out)
+    if not finite.all():
+        bad = int(out.size - np.count_nonzero(finite))
+        return Verdict(Status.NAN, None, None, f"{bad} of {out.size} elements are NaN or Inf")
+    diff = out.astype(np.float64) - ref
+    norm_ref = float(np.linalg.norm(ref))
+    norm_diff = float(np.linalg.norm(diff))
+    rel = norm_diff / norm_ref if norm_ref > 0 else norm_diff
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    if not rel <= budget:
+        return Verdict(Status.WRONG_RESULT, rel, max_abs, f"rel_error {rel:.3g} > budget {budget:.3g}")
+    return Verdict(Status.OK, rel, max_abs)

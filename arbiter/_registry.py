@@ -1,0 +1,51 @@
+"""Lanes are found through the `arbiter.lanes` entry-point group and imported on first use."""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from ._errors import LaneError
+from ._lane import Lane
+from ._settings import settings
+
+__all__ = ["get_lane", "lane_names", "all_lanes"]
+
+GROUP = "arbiter.lanes"
+
+
+def _targets() -> dict[str, str]:
+    """name -> "module:attr", from entry points plus ARBITER_EXTRA_LANES (test-only lanes)."""
+    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    for item in filter(None, (s.strip() for s in settings().extra_lanes.split(","))):
+        name, sep, target = item.partition("=")
+        if not sep or ":" not in target:
+            raise LaneError(f"ARBITER_EXTRA_LANES: expected name=module:attr, got {item!r}")
+        found[name.strip()] = target.strip()
+    return found
+
+
+def lane_names() -> list[str]:
+    return sorted(_targets())
+
+
+@lru_cache(maxsize=None)
+def _load(target: str) -> Lane:
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def get_lane(name: str) -> Lane:
+    targets = _targets()
+    if name not in targets:
+        known = ", ".join(sorted(targets)) or "none installed"
+        raise LaneError(f"unknown lane {name!r} (known: {known})")
+    return _load(targets[name])
+
+
+def all_lanes(names: list[str] | None = None) -> list[Lane]:
+    return [get_lane(n) for n in (names if names is not None else lane_names())]

@@ -1,0 +1,46 @@
+"""The `arbiter` command line: a table of subcommands, each a small module.
+
+Every subcommand module offers `add_arguments(parser)` and `main(args) -> int`. User mistakes
+surface as one `arbiter: error: ...` line and exit code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .._errors import ArbiterError
+
+__all__ = ["main"]
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "lanes": ("lanes", "list lanes, their platform and whether they can run here"),
+    "check": ("check", "check every available lane's default config against the oracle"),
+    "run": ("run", "run one region on arrays from an .npz file"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="arbiter", description="Autotuning arbiter for fused kernels.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(f"{__name__}.{module}")
+        mod.add_arguments(sp)
+        sp.set_defaults(_module=mod)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args._module.main(args) or 0)
+    except ArbiterError as e:
+        print(f"arbiter: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("arbiter: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Record-store schema migrations (Alembic), installed as arbiter.db."""

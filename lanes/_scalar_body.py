@@ -1,0 +1,159 @@
+"""One generator for the per-row math of fused and rowwise regions, shared by the x86 C lane
+and the generic HIP lane so both stay locked to one definition of every op.
+
+A row program is a short list of loops over the row's columns and scalar steps between them.
+Each loop names the accumulators it reduces (max or sum); the lane decides how the loop is
+spread (a plain `for` with `omp simd` on x86, a strided loop plus a warp or block all-reduce
+on a GPU) and how the accumulators are combined. Everything else is the same text.
+
+Names the generated statements use, which every rendering must provide:
+  j            column index inside a loop
+  N            row length (a compile-time constant)
+  src, dst     row pointers: values in (matmul result or X row), values out
+  bias, res    bias vector and residual row (only when the region has them)
+  arb_exp, arb_tanh, arb_sigmoid, arb_rsqrt   float -> float helpers from the lane's prelude
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arbiter._ops import Epilogue, Pointwise, Reduction
+
+__all__ = ["Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE"]
+
+GELU_K0 = "0.7978845608028654f"  # sqrt(2/pi)
+GELU_K1 = "0.044715f"
+
+_POINTWISE = {
+    "relu": "({x} > 0.0f ? {x} : 0.0f)",
+    "gelu": f"(0.5f * {{x}} * (1.0f + arb_tanh({GELU_K0} * ({{x}} + {GELU_K1} * {{x}} * {{x}} * {{x}}))))",
+    "silu": "({x} * arb_sigmoid({x}))",
+    "sigmoid": "arb_sigmoid({x})",
+    "tanh": "arb_tanh({x})",
+}
+
+
+def pointwise(op: Pointwise | Epilogue, x: str) -> str:
+    """C expression of one pointwise op applied to the simple expression `x`."""
+    return _POINTWISE[op.value].format(x=x)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for j in row: body`, then all-reduce each (variable, "max" | "sum") in `reduce`."""
+
+    body: tuple[str, ...]
+    reduce: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """Statements run once per row (by every thread of a row on a GPU) between loops."""
+
+    body: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RowProgram:
+    steps: tuple[Loop | Scalar, ...]
+    accumulators: tuple[tuple[str, str], ...]  # (name, "max" | "sum") declared per row
+
+
+def _chain(epilogue, has_residual: bool) -> list[str]:
+    lines = ["float v = src[j];"]
+    for op in epilogue:
+        if op is Epilogue.BIAS:
+            lines.append("v = v + bias[j];")
+        else:
+            lines.append(f"v = {pointwise(op, 'v')};")
+    if has_residual:
+        lines.append("v = v + res[j];")
+    return lines
+
+
+def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: float) -> RowProgram:
+    """The per-row program: chain -> residual -> reduction, in the region's order."""
+    chain = _chain(epilogue, residual)
+    eps_c = f"{float(eps)!r}f"
+    if reduction is None:
+        return RowProgram((Loop(tuple(chain + ["dst[j] = v;"])),), ())
+    if reduction is Reduction.SOFTMAX:
+        return RowProgram(
+            (
+                Loop(tuple(chain + ["dst[j] = v;", "row_max = v > row_max ? v : row_max;"]),
+                     (("row_max", "max"),)),
+                Loop(("float e = arb_exp(dst[j] - row_max);", "dst[j] = e;", "row_sum += e;"),
+                     (("row_sum", "sum"),)),
+                Scalar(("const float inv = 1.0f / row_sum;",)),
+                Loop(("dst[j] = dst[j] * inv;",)),
+            ),
+            (("row_max", "max"), ("row_sum", "sum")),
+        )
+    if reduction is Reduction.RMSNORM:
+        return RowProgram(
+            (
+                Loop(tuple(chain + ["dst[j] = v;", "row_sq += v * v;"]), (("row_sq", "sum"),)),
+                Scalar((f"const float inv = arb_rsqrt(row_sq * (1.0f / N) + {eps_c});",)),
+                Loop(("dst[j] = dst[j] * inv;",)),
+            ),
+            (("row_sq", "sum"),),
+        )
+    if reduction is Reduction.LAYER_NORM:
+        # Two passes over the row (mean, then squared deviations): no cancellation, unlike
+        # E[x^2] - E[x]^2, and the row is still in cache for the second pass.
+        return RowProgram(
+            (
+                Loop(tuple(chain + ["dst[j] = v;", "row_sum += v;"]), (("row_sum", "sum"),)),
+                Scalar(("const float mean = row_sum * (1.0f / N);",)),
+                Loop(("float d = dst[j] - mean;", "row_sq += d * d;"), (("row_sq", "sum"),)),
+                Scalar((f"const float inv = arb_rsqrt(row_sq * (1.0f / N) + {eps_c});",)),
+                Loop(("dst[j] = (dst[j] - mean) * inv;",)),
+            ),
+            (("row_sum", "sum"), ("row_sq", "sum")),
+        )
+    raise ValueError(f"unknown reduction {reduction!r}")
+
+
+def accumulator_init(kind: str) -> str:
+    return "-INFINITY" if kind == "max" else "0.0f"
+
+
+# Plain-C definitions of the helpers for a CPU build. arb_exp is a polynomial with range
+# reduction (max rel. error ~2e-7 on [-87, 88]) written as straight-line code so gcc vectorizes
+# loops that call it without -ffast-math; libm's expf would block vectorization.
+C_PRELUDE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float arb_exp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* round to nearest via the 1.5*2^23 trick: vectorizes, unlike roundf */
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+static inline float arb_sigmoid(float x) { return 1.0f / (1.0f + arb_exp(-x)); }
+
+static inline float arb_tanh(float x) {
+    /* tanh(x) = 2 sigmoid(2x) - 1, with the odd symmetry kept exact near zero */
+    const float a = x < 0.0f ? -x : x;
+    const float t = 1.0f - 2.0f / (arb_exp(2.0f * a) + 1.0f);
+    return x < 0.0f ? -t : t;
+}
+
+static inline float arb_rsqrt(float x) { return 1.0f / sqrtf(x); }
+"""

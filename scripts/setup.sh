@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what Arbiter needs on a fresh Debian 12 machine: the system compilers (gcc for the
+# x86 lane; clang-19, lld-19 and libamdhip64-dev for the gfx1151 compile checks), then the
+# package itself with its test extras. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v gcc >/dev/null || need+=(gcc)
+command -v clang++-19 >/dev/null || need+=(clang-19)
+command -v ld.lld-19 >/dev/null || need+=(lld-19)
+[ -e /usr/include/hip/hip_runtime.h ] || need+=(libamdhip64-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+  "${SUDO[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q "${need[@]}"
+fi
+python3 -m pip install -q -e ".[test]"
