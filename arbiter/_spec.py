@@ -88,7 +88,8 @@ def _region(path: str, index: int, table: object) -> Region:
     try:
         return cls(**args)
     except RegionError as e:
-        raise SpecError(f"{path}: {e}") from None
+        detail = str(e).removeprefix(f"{name}: ")
+        raise SpecError(f"{where}: {detail}") from None
 
 
 def parse_spec(text: str, path: str = "<spec>") -> Spec:
