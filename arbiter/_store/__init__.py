@@ -1,0 +1,31 @@
+"""The record store: SQLAlchemy models, one session helper, schema checks and migrations."""
+
+from __future__ import annotations
+
+from .models import (
+    SCHEMA_REVISION,
+    Base,
+    CandidateModel,
+    EnvironmentModel,
+    LaneModel,
+    MeasurementModel,
+    RegionModel,
+    WinnerModel,
+)
+from .session import engine_for, require_current, revision_of, session_scope, upgrade
+
+__all__ = [
+    "SCHEMA_REVISION",
+    "Base",
+    "CandidateModel",
+    "EnvironmentModel",
+    "LaneModel",
+    "MeasurementModel",
+    "RegionModel",
+    "WinnerModel",
+    "engine_for",
+    "require_current",
+    "revision_of",
+    "session_scope",
+    "upgrade",
+]

@@ -1,0 +1,241 @@
+"""Record-store schema: SQLAlchemy 2 declarative models, plural snake_case tables.
+
+Optuna's RDB storage lives in the same database and owns the names `studies`, `trials`,
+`trial_*`, `version_info` and `alembic_version`, so the per-candidate table here is called
+`candidates` and our Alembic version table `arbiter_alembic_version`.
+
+One `candidates` row per (region, environment, lane, config): the unique constraint is what
+guarantees a candidate is never measured twice on one machine. Its `measurements` hold the
+sweep result, the interleaved finalist re-timing and re-verifications, told apart by `kind`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    select,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+__all__ = [
+    "Base",
+    "CandidateModel",
+    "EnvironmentModel",
+    "LaneModel",
+    "MeasurementModel",
+    "RegionModel",
+    "SCHEMA_REVISION",
+    "VERSION_TABLE",
+    "WinnerModel",
+]
+
+# The Alembic head this code reads and writes; a test keeps it equal to db/versions' head.
+SCHEMA_REVISION = "0002"
+VERSION_TABLE = "arbiter_alembic_version"
+
+# measurements.kind
+SWEEP, FINAL, VERIFY = "sweep", "final", "verify"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RegionModel(Base):
+    __tablename__ = "regions"
+    __table_args__ = (UniqueConstraint("key", name="uq_regions_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255), default="")
+    kind: Mapped[str] = mapped_column(String(32))
+    canonical: Mapped[str] = mapped_column(Text)  # JSON of Region.canonical()
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=_now)
+
+    @classmethod
+    def find(cls, session: Session, key: str) -> RegionModel | None:
+        return session.scalars(select(cls).where(cls.key == key)).first()
+
+    @classmethod
+    def find_or_add(cls, session: Session, region: Any) -> RegionModel:
+        row = cls.find(session, region.key)
+        if row is None:
+            row = cls(key=region.key, name=region.name, kind=region.kind,
+                      canonical=json.dumps(region.canonical(), sort_keys=True))
+            session.add(row)
+            session.flush()
+        elif region.name and row.name != region.name:
+            row.name = region.name  # the latest label; identity is the key
+        return row
+
+
+class EnvironmentModel(Base):
+    __tablename__ = "environments"
+    __table_args__ = (UniqueConstraint("fingerprint", name="uq_environments_fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    details: Mapped[str] = mapped_column(Text)  # JSON: cpu, gpu, compilers, libraries, arbiter
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=_now)
+
+    @classmethod
+    def find(cls, session: Session, fingerprint: str) -> EnvironmentModel | None:
+        return session.scalars(select(cls).where(cls.fingerprint == fingerprint)).first()
+
+    @classmethod
+    def find_or_add(cls, session: Session, fingerprint: str, details: dict) -> EnvironmentModel:
+        row = cls.find(session, fingerprint)
+        if row is None:
+            row = cls(fingerprint=fingerprint, details=json.dumps(details, sort_keys=True))
+            session.add(row)
+            session.flush()
+        return row
+
+
+class LaneModel(Base):
+    __tablename__ = "lanes"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_lanes_name_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    version: Mapped[str] = mapped_column(String(64))
+    platform: Mapped[str] = mapped_column(String(16))
+
+    @classmethod
+    def find_or_add(cls, session: Session, lane: Any) -> LaneModel:
+        row = session.scalars(
+            select(cls).where(cls.name == lane.name, cls.version == str(lane.version))
+        ).first()
+        if row is None:
+            row = cls(name=lane.name, version=str(lane.version), platform=lane.platform.value)
+            session.add(row)
+            session.flush()
+        return row
+
+
+class CandidateModel(Base):
+    """One (region, environment, lane, config): measured at most once per machine."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (
+        UniqueConstraint("region_id", "environment_id", "lane_id", "config_key",
+                         name="uq_candidates_identity"),
+        Index("ix_candidates_region_environment", "region_id", "environment_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id", ondelete="CASCADE"))
+    lane_id: Mapped[int] = mapped_column(ForeignKey("lanes.id", ondelete="CASCADE"))
+    config_key: Mapped[str] = mapped_column(String(32))
+    config: Mapped[str] = mapped_column(Text)  # Config.to_json()
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=_now)
+
+    region: Mapped[RegionModel] = relationship()
+    environment: Mapped[EnvironmentModel] = relationship()
+    lane: Mapped[LaneModel] = relationship()
+    measurements: Mapped[list[MeasurementModel]] = relationship(
+        back_populates="candidate", order_by="MeasurementModel.id")
+
+    @classmethod
+    def find(cls, session: Session, region_id: int, environment_id: int, lane_id: int,
+             config_key: str) -> CandidateModel | None:
+        return session.scalars(select(cls).where(
+            cls.region_id == region_id, cls.environment_id == environment_id,
+            cls.lane_id == lane_id, cls.config_key == config_key)).first()
+
+    @classmethod
+    def of_region(cls, session: Session, region_id: int,
+                  environment_id: int | None = None) -> list[CandidateModel]:
+        q = select(cls).where(cls.region_id == region_id)
+        if environment_id is not None:
+            q = q.where(cls.environment_id == environment_id)
+        return list(session.scalars(q.order_by(cls.id)))
+
+    def sweep(self) -> MeasurementModel | None:
+        """The search's measurement of this candidate (None: only verified here)."""
+        return next((m for m in self.measurements if m.kind == SWEEP), None)
+
+    def config_dict(self) -> dict[str, Any]:
+        return json.loads(self.config)
+
+
+class MeasurementModel(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (Index("ix_measurements_candidate", "candidate_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16), default=SWEEP, server_default=SWEEP)
+    status: Mapped[str] = mapped_column(String(32))
+    budget: Mapped[float] = mapped_column(Float)  # the budget the status was judged against
+    rel_error: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_abs: Mapped[float | None] = mapped_column(Float, nullable=True)
+    median: Mapped[float | None] = mapped_column(Float, nullable=True)  # seconds
+    spread: Mapped[float | None] = mapped_column(Float, nullable=True)  # IQR, seconds
+    samples: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of seconds
+    timing_method: Mapped[str] = mapped_column(String(64), default="")
+    compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    log: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=_now)
+
+    candidate: Mapped[CandidateModel] = relationship(back_populates="measurements")
+
+    def sample_list(self) -> list[float]:
+        return json.loads(self.samples or "[]")
+
+
+class WinnerModel(Base):
+    """The declared winner for (region, environment, budget), with its runner-up and margin."""
+
+    __tablename__ = "winners"
+    __table_args__ = (
+        UniqueConstraint("region_id", "environment_id", "budget", name="uq_winners_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id", ondelete="CASCADE"))
+    budget: Mapped[float] = mapped_column(Float)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    runner_up_id: Mapped[int | None] = mapped_column(
+        ForeignKey("candidates.id", ondelete="SET NULL"), nullable=True)
+    median: Mapped[float | None] = mapped_column(Float, nullable=True)  # seconds, final timing
+    spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rel_error: Mapped[float | None] = mapped_column(Float, nullable=True)
+    margin: Mapped[float | None] = mapped_column(Float, nullable=True)  # runner-up minus winner
+    tie: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=_now)
+
+    region: Mapped[RegionModel] = relationship()
+    environment: Mapped[EnvironmentModel] = relationship()
+    candidate: Mapped[CandidateModel] = relationship(foreign_keys=[candidate_id])
+    runner_up: Mapped[CandidateModel | None] = relationship(foreign_keys=[runner_up_id])
+
+    @classmethod
+    def find(cls, session: Session, region_id: int, environment_id: int,
+             budget: float) -> WinnerModel | None:
+        return session.scalars(select(cls).where(
+            cls.region_id == region_id, cls.environment_id == environment_id,
+            cls.budget == budget)).first()
+
+    @classmethod
+    def of_region(cls, session: Session, region_id: int) -> list[WinnerModel]:
+        return list(session.scalars(
+            select(cls).where(cls.region_id == region_id).order_by(cls.created_at.desc())))

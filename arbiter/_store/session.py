@@ -1,0 +1,116 @@
+"""Engines, the one session helper that turns database errors into StoreError, schema checks.
+
+SQLite gets WAL and a busy timeout on every connection; any other SQLAlchemy URL (PostgreSQL
+for many workers) is used as given. Alembic is imported only by `upgrade`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .._errors import StoreError
+from .models import SCHEMA_REVISION, VERSION_TABLE
+
+__all__ = ["engine_for", "require_current", "revision_of", "session_scope", "upgrade"]
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+@lru_cache(maxsize=8)
+def engine_for(url: str) -> Engine:
+    try:
+        engine = create_engine(url, future=True)
+    except (SQLAlchemyError, ValueError, ImportError) as e:
+        raise StoreError(f"cannot open database {url!r}: {e}") from e
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+@contextlib.contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    """A session committed on success, rolled back on error; DB errors become StoreError."""
+    session = sessionmaker(engine_for(url), expire_on_commit=False)()
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as e:
+        session.rollback()
+        raise StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}") from e
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def revision_of(url: str) -> str | None:
+    """Our schema revision in the database; None when it holds no Arbiter tables yet."""
+    try:
+        with engine_for(url).connect() as conn:
+            if not inspect(conn).has_table(VERSION_TABLE):
+                return None
+            return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot read database {url}: {e}") from e
+
+
+def require_current(url: str, *, create: bool = True) -> None:
+    """Create a fresh database at the current schema; refuse an older or newer one."""
+    rev = revision_of(url)
+    if rev == SCHEMA_REVISION:
+        return
+    if rev is None:
+        if not create:
+            raise StoreError(f"database {url} holds no Arbiter records (run `arbiter tune` first)")
+        upgrade(url)
+        return
+    if rev < SCHEMA_REVISION:
+        raise StoreError(f"database {url} is at schema {rev}, this arbiter needs "
+                         f"{SCHEMA_REVISION}: run `arbiter db upgrade --db {url}`")
+    raise StoreError(f"database {url} is at schema {rev}, newer than this arbiter "
+                     f"({SCHEMA_REVISION}): upgrade arbiter")
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    import arbiter.db
+
+    here = Path(arbiter.db.__file__).parent
+    cfg = Config(str(here / "alembic.ini"))
+    cfg.set_main_option("script_location", str(here))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Migrate the database to `revision`; returns (before, after)."""
+    from alembic import command
+
+    before = revision_of(url)
+    cfg = alembic_config(url)
+    try:
+        with engine_for(url).begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as e:
+        raise StoreError(f"database {url}: upgrade failed: {e}") from e
+    return before, revision_of(url)
