@@ -39,7 +39,8 @@ __all__ = [
     "DEFAULT_BUDGET", "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError",
     "Config", "EmitError", "Epilogue", "FusedRegion", "InputError", "KernelSource", "Lane",
     "LaneError", "Measurement", "Platform", "Pointwise", "Reduction", "Region", "RegionError",
-    "RowwiseRegion", "Rule", "Runner", "Space", "SpecError", "Status", "StoreError", "Tunable",
+    "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError", "Status", "StoreError",
+    "Tunable",
     "check", "compare", "get_lane", "input_shapes", "lane_names", "lane_table", "load_spec",
     "output_shape", "parse_spec", "random_inputs", "reference", "run", "validate_inputs",
 ]

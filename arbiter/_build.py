@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from ._errors import BuildError
@@ -24,7 +24,9 @@ from ._settings import settings
 __all__ = ["build_key", "cached_build", "compiler_identity", "run_tool"]
 
 
-def run_tool(argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None) -> tuple[int, str]:
+def run_tool(
+    argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None
+) -> tuple[int, str]:
     """Run a compiler (never through a shell); returns (exit code, combined output)."""
     try:
         p = subprocess.run(
@@ -37,7 +39,7 @@ def run_tool(argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None
     return p.returncode, (p.stdout + p.stderr)
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiler_identity(compiler: str) -> str:
     """Resolved path plus first version line: part of every build key."""
     path = shutil.which(compiler)

@@ -99,7 +99,9 @@ def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         x = a["X"]
     else:
         raise TypeError(f"not a region: {region!r}")
-    return _chain(x, region.epilogue, a.get("bias"), a.get("residual"), region.reduction, region.eps)
+    return _chain(
+        x, region.epilogue, a.get("bias"), a.get("residual"), region.reduction, region.eps
+    )
 
 
 def budget_of(region: Region, override: float | None = None) -> float:
@@ -120,7 +122,9 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float) -> Verdict:
     """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error."""
     n_untouched = untouched_count(out)
     if n_untouched:
-        return Verdict(Status.UNTOUCHED, None, None, f"{n_untouched} of {out.size} elements unwritten")
+        return Verdict(
+            Status.UNTOUCHED, None, None, f"{n_untouched} of {out.size} elements unwritten"
+        )
     finite = np.isfinite(out)
     if not finite.all():
         bad = int(out.size - np.count_nonzero(finite))
@@ -131,5 +135,7 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float) -> Verdict:
     rel = norm_diff / norm_ref if norm_ref > 0 else norm_diff
     max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
     if not rel <= budget:
-        return Verdict(Status.WRONG_RESULT, rel, max_abs, f"rel_error {rel:.3g} > budget {budget:.3g}")
+        return Verdict(
+            Status.WRONG_RESULT, rel, max_abs, f"rel_error {rel:.3g} > budget {budget:.3g}"
+        )
     return Verdict(Status.OK, rel, max_abs)

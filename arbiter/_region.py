@@ -231,8 +231,10 @@ class AttentionRegion(_Keyed):
         scale = self.scale
         if scale in (0, None):
             scale = 1.0 / math.sqrt(self.head_dim)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
-            math.isfinite(scale) and scale > 0
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not (math.isfinite(scale) and scale > 0)
         ):
             raise RegionError(f"{r}: scale must be a positive number, got {self.scale!r}")
         object.__setattr__(self, "scale", float(scale))
@@ -240,9 +242,7 @@ class AttentionRegion(_Keyed):
 
     def describe(self) -> str:
         c = "+causal" if self.causal else ""
-        return (
-            f"attn{self.batch}x{self.heads}x{self.seq_q}x{self.seq_k}x{self.head_dim}{c}"
-        )
+        return f"attn{self.batch}x{self.heads}x{self.seq_q}x{self.seq_k}x{self.head_dim}{c}"
 
 
-Region = Union[FusedRegion, RowwiseRegion, AttentionRegion]
+Region = Union[FusedRegion, RowwiseRegion, AttentionRegion]  # noqa: UP007 (runtime alias on 3.10)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import entry_points
 
 from ._errors import LaneError
@@ -30,7 +30,7 @@ def lane_names() -> list[str]:
     return sorted(_targets())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(target: str) -> Lane:
     module, _, attr = target.partition(":")
     obj = importlib.import_module(module)

@@ -22,20 +22,35 @@ _NUM = (int, float)
 _TYPES = {
     "name": (str, "string"),
     "kind": (str, "string"),
-    "M": (int, "integer"), "N": (int, "integer"), "K": (int, "integer"),
-    "batch": (int, "integer"), "heads": (int, "integer"), "seq_q": (int, "integer"),
-    "seq_k": (int, "integer"), "head_dim": (int, "integer"),
-    "prologue": (list, "list of op names"), "epilogue": (list, "list of op names"),
-    "residual": (bool, "boolean"), "causal": (bool, "boolean"),
+    "M": (int, "integer"),
+    "N": (int, "integer"),
+    "K": (int, "integer"),
+    "batch": (int, "integer"),
+    "heads": (int, "integer"),
+    "seq_q": (int, "integer"),
+    "seq_k": (int, "integer"),
+    "head_dim": (int, "integer"),
+    "prologue": (list, "list of op names"),
+    "epilogue": (list, "list of op names"),
+    "residual": (bool, "boolean"),
+    "causal": (bool, "boolean"),
     "reduction": (str, "string"),
-    "eps": (_NUM, "number"), "scale": (_NUM, "number"), "budget": (_NUM, "number"),
+    "eps": (_NUM, "number"),
+    "scale": (_NUM, "number"),
+    "budget": (_NUM, "number"),
 }
 _KINDS = {
-    "fused": (FusedRegion, ("M", "N", "K"),
-              ("prologue", "epilogue", "residual", "reduction", "eps")),
+    "fused": (
+        FusedRegion,
+        ("M", "N", "K"),
+        ("prologue", "epilogue", "residual", "reduction", "eps"),
+    ),
     "rowwise": (RowwiseRegion, ("M", "N"), ("epilogue", "residual", "reduction", "eps")),
-    "attention": (AttentionRegion, ("batch", "heads", "seq_q", "head_dim"),
-                  ("seq_k", "causal", "scale")),
+    "attention": (
+        AttentionRegion,
+        ("batch", "heads", "seq_q", "head_dim"),
+        ("seq_k", "causal", "scale"),
+    ),
 }
 
 
@@ -65,17 +80,23 @@ def _region(path: str, index: int, table: object) -> Region:
     if not isinstance(name, str) or not name.strip():
         raise SpecError(f"{where}: field 'name': required, a non-empty string")
     if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
-        raise SpecError(f"{where}: field 'name': use letters, digits, '_', '-', '.' only ({name!r})")
+        raise SpecError(
+            f"{where}: field 'name': use letters, digits, '_', '-', '.' only ({name!r})"
+        )
     where = f"{path}: region {name!r}"
     kind = table.get("kind", "fused")
     if kind not in _KINDS:
-        raise SpecError(f"{where}: field 'kind': unknown kind {kind!r} (valid: {', '.join(_KINDS)})")
+        raise SpecError(
+            f"{where}: field 'kind': unknown kind {kind!r} (valid: {', '.join(_KINDS)})"
+        )
     cls, required, optional = _KINDS[kind]
     allowed = {"name", "kind", "budget", *required, *optional}
     for key, value in table.items():
         if key not in allowed:
-            raise SpecError(f"{where}: field {key!r}: not a field of a {kind} region "
-                            f"(valid: {', '.join(sorted(allowed))})")
+            raise SpecError(
+                f"{where}: field {key!r}: not a field of a {kind} region "
+                f"(valid: {', '.join(sorted(allowed))})"
+            )
         types, tname = _TYPES[key]
         if isinstance(value, bool) and types is not bool:
             raise SpecError(f"{where}: field {key!r}: expected {tname}, got boolean")

@@ -10,7 +10,9 @@ __all__ = ["HOST_METHOD", "time_host"]
 HOST_METHOD = "monotonic_ns"
 
 
-def time_host(call: Callable[[int], None], n_sets: int, *, warmup: int, repeats: int) -> list[float]:
+def time_host(
+    call: Callable[[int], None], n_sets: int, *, warmup: int, repeats: int
+) -> list[float]:
     """Time `call(i)` (i = which input set) `repeats` times after `warmup` calls; seconds."""
     if n_sets < 1 or repeats < 1 or warmup < 0:
         raise ValueError("need at least one input set and one repeat")

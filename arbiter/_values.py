@@ -102,7 +102,7 @@ class Tunable:
 
 @dataclass(frozen=True)
 class Rule:
-    """A stated constraint between tunables: `check(values)` is True when the combination is valid."""
+    """A stated constraint between tunables; `check(values)` is True for a valid combination."""
 
     text: str
     check: Callable[[Mapping[str, Any]], bool]

@@ -15,8 +15,13 @@ EXAMPLES = ROOT / "examples" / "regions.toml"
 
 
 def arbiter(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess, needle: str) -> None:
@@ -56,10 +61,36 @@ def test_check_fails_with_exit_1_when_budget_impossible(tmp_path):
     [
         (["check", "nope.toml"], "no such spec file"),
         (["check", str(EXAMPLES), "--lanes", "bogus"], "unknown lane 'bogus' (known:"),
-        (["run", str(EXAMPLES), "zz", "--lane", "numpy", "--inputs", "i.npz", "--output", "o.npz"],
-         "no region named 'zz'"),
-        (["run", str(EXAMPLES), "mm_relu", "--lane", "numpy", "--config", "x=1", "--inputs",
-          "i.npz", "--output", "o.npz"], "unknown tunable 'x'"),
+        (
+            [
+                "run",
+                str(EXAMPLES),
+                "zz",
+                "--lane",
+                "numpy",
+                "--inputs",
+                "i.npz",
+                "--output",
+                "o.npz",
+            ],
+            "no region named 'zz'",
+        ),
+        (
+            [
+                "run",
+                str(EXAMPLES),
+                "mm_relu",
+                "--lane",
+                "numpy",
+                "--config",
+                "x=1",
+                "--inputs",
+                "i.npz",
+                "--output",
+                "o.npz",
+            ],
+            "unknown tunable 'x'",
+        ),
     ],
 )
 def test_user_mistakes_get_one_line_and_exit_2(tmp_path, args, needle):
@@ -76,8 +107,17 @@ def test_run_draws_missing_inputs_saves_them_and_is_reproducible(tmp_path):
     ins, out1, out2 = tmp_path / "in.npz", tmp_path / "o1.npz", tmp_path / "o2.npz"
     a = np.random.default_rng(5).standard_normal((256, 256), dtype=np.float32)
     np.savez(ins, A=a)
-    p = arbiter("run", str(EXAMPLES), "mm_relu", "--lane", "numpy", "--inputs", str(ins),
-                "--output", str(out1))
+    p = arbiter(
+        "run",
+        str(EXAMPLES),
+        "mm_relu",
+        "--lane",
+        "numpy",
+        "--inputs",
+        str(ins),
+        "--output",
+        str(out1),
+    )
     assert p.returncode == 0, p.stderr
     assert "drawn inputs: B, bias" in p.stdout
     with np.load(out1) as z:
@@ -89,8 +129,17 @@ def test_run_draws_missing_inputs_saves_them_and_is_reproducible(tmp_path):
     region = load_spec(EXAMPLES).get("mm_relu")
     ref = reference(region, first)
     assert np.linalg.norm(first["out"] - ref) / np.linalg.norm(ref) < 1e-5
-    p = arbiter("run", str(EXAMPLES), "mm_relu", "--lane", "numpy", "--inputs", str(ins),
-                "--output", str(out2))
+    p = arbiter(
+        "run",
+        str(EXAMPLES),
+        "mm_relu",
+        "--lane",
+        "numpy",
+        "--inputs",
+        str(ins),
+        "--output",
+        str(out2),
+    )
     assert p.returncode == 0
     with np.load(out2) as z:
         assert np.array_equal(z["out"], first["out"])
@@ -98,8 +147,19 @@ def test_run_draws_missing_inputs_saves_them_and_is_reproducible(tmp_path):
 
 def test_run_creates_missing_input_file(tmp_path):
     ins, out = tmp_path / "new.npz", tmp_path / "o.npz"
-    p = arbiter("run", str(EXAMPLES), "attn_causal", "--lane", "numpy", "--inputs", str(ins),
-                "--output", str(out), "--seed", "3")
+    p = arbiter(
+        "run",
+        str(EXAMPLES),
+        "attn_causal",
+        "--lane",
+        "numpy",
+        "--inputs",
+        str(ins),
+        "--output",
+        str(out),
+        "--seed",
+        "3",
+    )
     assert p.returncode == 0, p.stderr
     with np.load(ins) as z:
         assert set(z.files) == {"q", "k", "v"}
@@ -108,6 +168,15 @@ def test_run_creates_missing_input_file(tmp_path):
 def test_run_rejects_wrong_shapes_in_npz(tmp_path):
     ins = tmp_path / "in.npz"
     np.savez(ins, A=np.ones((256, 255), np.float32))
-    p = arbiter("run", str(EXAMPLES), "mm_relu", "--lane", "numpy", "--inputs", str(ins),
-                "--output", str(tmp_path / "o.npz"))
+    p = arbiter(
+        "run",
+        str(EXAMPLES),
+        "mm_relu",
+        "--lane",
+        "numpy",
+        "--inputs",
+        str(ins),
+        "--output",
+        str(tmp_path / "o.npz"),
+    )
     assert_one_line_error(p, "input 'A' has shape (256, 255), need (256, 256)")

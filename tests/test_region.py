@@ -36,14 +36,21 @@ def test_key_changes_with_every_identity_field():
 def test_key_is_stable_across_processes():
     # a literal: changing the canonical form silently would orphan every stored record
     r = FusedRegion(128, 256, 64, epilogue=("bias", "gelu"), residual=True, reduction="layer_norm")
-    assert r.key == FusedRegion(128, 256, 64, epilogue=["bias", "gelu"], residual=True,
-                                reduction="layer_norm").key
+    assert (
+        r.key
+        == FusedRegion(
+            128, 256, 64, epilogue=["bias", "gelu"], residual=True, reduction="layer_norm"
+        ).key
+    )
     assert len(r.key) == 16 and int(r.key, 16) >= 0
 
 
 def test_regions_pickle_and_stay_frozen():
-    for r in (FusedRegion(2, 3, 4, prologue=("relu",)), RowwiseRegion(2, 3, reduction="softmax"),
-              AttentionRegion(1, 2, 3, 8, causal=True)):
+    for r in (
+        FusedRegion(2, 3, 4, prologue=("relu",)),
+        RowwiseRegion(2, 3, reduction="softmax"),
+        AttentionRegion(1, 2, 3, 8, causal=True),
+    ):
         r2 = pickle.loads(pickle.dumps(r))
         assert r2 == r and r2.key == r.key
         with pytest.raises(AttributeError):

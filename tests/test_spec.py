@@ -48,8 +48,16 @@ def test_parse_all_fields():
         """
     )
     a, b = spec.regions
-    assert a == FusedRegion(4, 8, 2, prologue=("tanh",), epilogue=("bias", "silu"), residual=True,
-                            reduction="layer_norm", eps=1e-6)
+    assert a == FusedRegion(
+        4,
+        8,
+        2,
+        prologue=("tanh",),
+        epilogue=("bias", "silu"),
+        residual=True,
+        reduction="layer_norm",
+        eps=1e-6,
+    )
     assert a.budget == 0.01 and a.name == "a"
     assert b == AttentionRegion(2, 3, 5, 16, seq_k=7, causal=True, scale=0.5)
     assert spec.get("b") is b
@@ -58,17 +66,26 @@ def test_parse_all_fields():
 @pytest.mark.parametrize(
     "body, needle",
     [
-        ('name = "r"\nM = 4\nN = 4\nK = 4\nepilogue = ["swish"]', "region 'r': epilogue[0]: unknown op 'swish'"),
+        (
+            'name = "r"\nM = 4\nN = 4\nK = 4\nepilogue = ["swish"]',
+            "region 'r': epilogue[0]: unknown op 'swish'",
+        ),
         ('name = "r"\nM = 4\nN = 4', "region 'r': field 'K': required"),
         ('name = "r"\nM = "4"\nN = 4\nK = 4', "region 'r': field 'M': expected integer, got str"),
         ('name = "r"\nM = 4\nN = 4\nK = 4\nresidual = 1', "field 'residual': expected boolean"),
         ('name = "r"\nM = true\nN = 4\nK = 4', "field 'M': expected integer, got boolean"),
-        ('name = "r"\nM = 4\nN = 4\nK = 4\nhead_dim = 3', "field 'head_dim': not a field of a fused"),
+        (
+            'name = "r"\nM = 4\nN = 4\nK = 4\nhead_dim = 3',
+            "field 'head_dim': not a field of a fused",
+        ),
         ('name = "r"\nkind = "conv"\nM = 4', "field 'kind': unknown kind 'conv'"),
-        ('M = 4\nN = 4\nK = 4', "region #1: field 'name': required"),
+        ("M = 4\nN = 4\nK = 4", "region #1: field 'name': required"),
         ('name = "a b"\nM = 4\nN = 4\nK = 4', "field 'name': use letters"),
         ('name = "r"\nM = 0\nN = 4\nK = 4', "region 'r': M must be a positive integer"),
-        ('name = "r"\nkind = "attention"\nbatch = 1\nheads = 1\nseq_q = 4', "field 'head_dim': required"),
+        (
+            'name = "r"\nkind = "attention"\nbatch = 1\nheads = 1\nseq_q = 4',
+            "field 'head_dim': required",
+        ),
     ],
 )
 def test_bad_regions_name_file_region_and_field(body, needle):
