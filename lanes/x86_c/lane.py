@@ -1,0 +1,126 @@
+"""The x86 C lane: generated C (shared row programs + blocked GEMM), gcc, OpenMP, ctypes."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from arbiter._region import AttentionRegion, FusedRegion, Region
+from arbiter._settings import settings
+from arbiter._values import (
+    Artifact,
+    Availability,
+    Config,
+    KernelSource,
+    Platform,
+    Rule,
+    Space,
+    Tunable,
+)
+
+from . import build as _build
+from .emit import emit as _emit
+from .emit import parse_tile
+from .run import CRunner
+
+__all__ = ["X86CLane", "lane"]
+
+# Micro-tiles (rows x columns) worth trying; NR is a multiple of 16 so one row is whole
+# 512-bit vectors (or pairs of 256-bit ones).
+TILES = ("6x16", "8x16", "6x32", "8x32", "12x32")
+
+
+@cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _thread_choices() -> tuple[int, ...]:
+    n = os.cpu_count() or 1
+    out = []
+    t = 1
+    while t < n:
+        out.append(t)
+        t *= 2
+    out.append(n)
+    return tuple(out)
+
+
+def _vector_registers() -> int:
+    return 32 if "avx512f" in _cpu_flags() else 16
+
+
+def _vec_choices() -> tuple[int, ...]:
+    return (256, 512) if "avx512f" in _cpu_flags() else (256,)
+
+
+def _tile_fits(values) -> bool:
+    mr, nr = parse_tile(values["tile"])
+    lanes = values["vec"] // 32
+    return nr % lanes == 0 and mr * nr // lanes + nr // lanes + 1 <= _vector_registers()
+
+
+class X86CLane:
+    name = "x86_c"
+    platform = Platform.CPU
+    precisions = ("f32",)
+    version = "1"
+
+    def available(self) -> Availability:
+        ok, why = _build.probe(settings().cc)
+        return Availability(ok, why)
+
+    def applies_to(self, region: Region) -> str | None:
+        if isinstance(region, AttentionRegion):
+            return "attention is not implemented in the x86 C lane yet"
+        return None
+
+    def space(self, region: Region) -> Space:
+        threads = _thread_choices()
+        vec = _vec_choices()
+        common = (
+            Tunable("threads", threads, threads[-1]),
+            Tunable("vec", vec, vec[-1]),
+            Tunable("fast_math", (False, True), False),
+        )
+        if isinstance(region, FusedRegion):
+            tunables = common + (
+                Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
+                Tunable("mc", (48, 96, 192), 96),
+                Tunable("kc", (128, 256, 512), 256),
+                Tunable("unroll", (1, 4), 1),
+            )
+            rules = (
+                Rule("tile: NR must be whole vectors and MR*NR accumulators plus one row of B "
+                     "must fit the vector register file", _tile_fits),
+                Rule("mc must be a multiple of the tile's MR",
+                     lambda v: v["mc"] % parse_tile(v["tile"])[0] == 0),
+            )
+            return Space(tunables, rules)
+        return Space(
+            common + (
+                Tunable("row_block", (1, 4, 16, 64), 16),
+                Tunable("stream", (False, True), True),
+                Tunable("unroll", (1, 2, 4), 1),
+            ),
+            (),
+        )
+
+    def emit(self, region: Region, config: Config) -> KernelSource:
+        return _emit(region, config)
+
+    def build(self, source: KernelSource) -> Artifact:
+        return _build.build(source, self.version)
+
+    def runner(self, artifact: Artifact, region: Region) -> CRunner:
+        return CRunner(artifact, region)
+
+
+lane = X86CLane()
