@@ -1,0 +1,116 @@
+/* Arbiter GPU portability header: kernel sources are written in the HIP dialect; under nvcc
+ * this header maps the hip* names they use onto CUDA. Under clang/hipcc it includes HIP.
+ * Keep it small: only what generated sources and arb_runner.h actually use. */
+#ifndef ARB_GPU_H
+#define ARB_GPU_H
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+#define ARB_CUDA 1
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef cudaError_t hipError_t;
+typedef cudaStream_t hipStream_t;
+typedef cudaEvent_t hipEvent_t;
+typedef cudaFuncAttribute hipFuncAttribute;
+#define hipSuccess cudaSuccess
+#define hipMalloc cudaMalloc
+#define hipFree cudaFree
+#define hipMemcpy cudaMemcpy
+#define hipMemcpyAsync cudaMemcpyAsync
+#define hipMemset cudaMemset
+#define hipMemsetAsync cudaMemsetAsync
+#define hipMemcpyHostToDevice cudaMemcpyHostToDevice
+#define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define hipEventCreate cudaEventCreate
+#define hipEventDestroy cudaEventDestroy
+#define hipEventRecord cudaEventRecord
+#define hipEventSynchronize cudaEventSynchronize
+#define hipEventElapsedTime cudaEventElapsedTime
+#define hipStreamCreate cudaStreamCreate
+#define hipStreamDestroy cudaStreamDestroy
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipGetErrorString cudaGetErrorString
+#define hipGetLastError cudaGetLastError
+#define hipDeviceSynchronize cudaDeviceSynchronize
+#define hipFuncSetAttribute cudaFuncSetAttribute
+#define hipFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
+#define hipGetDeviceCount cudaGetDeviceCount
+
+__device__ __forceinline__ float arb_shfl_xor(float v, int mask) {
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+#else
+#define ARB_HIP 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_bfloat16.h>
+
+#if defined(ARB_OCKL_SHIM) && defined(__HIP_DEVICE_COMPILE__)
+/* ISA-only builds (-nogpulib, no ROCm device libraries on the machine) leave the work-item
+ * queries as calls into ockl. These definitions are what ockl does, so the gate's ISA matches
+ * a full ROCm build: no call frames, no forced scratch. Never defined for a real build. */
+extern "C" __device__ size_t __ockl_get_local_id(uint d) {
+    return d == 0 ? __builtin_amdgcn_workitem_id_x()
+                  : d == 1 ? __builtin_amdgcn_workitem_id_y() : __builtin_amdgcn_workitem_id_z();
+}
+extern "C" __device__ size_t __ockl_get_group_id(uint d) {
+    return d == 0 ? __builtin_amdgcn_workgroup_id_x()
+                  : d == 1 ? __builtin_amdgcn_workgroup_id_y() : __builtin_amdgcn_workgroup_id_z();
+}
+extern "C" __device__ size_t __ockl_get_local_size(uint d) {
+    return d == 0 ? __builtin_amdgcn_workgroup_size_x()
+                  : d == 1 ? __builtin_amdgcn_workgroup_size_y() : __builtin_amdgcn_workgroup_size_z();
+}
+extern "C" __device__ size_t __ockl_get_global_size(uint d) {
+    return d == 0 ? __builtin_amdgcn_grid_size_x()
+                  : d == 1 ? __builtin_amdgcn_grid_size_y() : __builtin_amdgcn_grid_size_z();
+}
+extern "C" __device__ size_t __ockl_get_num_groups(uint d) {
+    return (__ockl_get_global_size(d) + __ockl_get_local_size(d) - 1) / __ockl_get_local_size(d);
+}
+#endif
+
+__device__ __forceinline__ float arb_shfl_xor(float v, int mask) {
+    return __shfl_xor(v, mask, 32);
+}
+#endif
+
+#include <math.h>
+
+/* gfx11 (RDNA 3/3.5) is compiled wave32 for HIP by default; NVIDIA warps are 32 wide. */
+#define ARB_WARP 32
+#define ARB_HOST_DEVICE __host__ __device__
+
+/* Helpers the shared row programs (lanes/_scalar_body.py) call. Accurate forms, not the
+ * fast intrinsics: results must stay within the f32 budget against the float64 oracle.
+ * On HIP they lower to native instructions through LLVM builtins rather than calls into the
+ * ROCm device libraries (ocml), so the same ISA comes out with or without those libraries
+ * (the compile gate builds with -nogpulib) and no call frame forces scratch on. */
+#if defined(ARB_CUDA)
+__device__ __forceinline__ float arb_exp(float x) { return expf(x); }
+__device__ __forceinline__ float arb_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float arb_rsqrt(float x) { return rsqrtf(x); }
+#else
+__device__ __forceinline__ float arb_exp(float x) { return __builtin_expf(x); }
+__device__ __forceinline__ float arb_tanh(float x) {
+    const float a = __builtin_fabsf(x);
+    const float t = 1.0f - 2.0f / (__builtin_expf(2.0f * a) + 1.0f);
+    return __builtin_copysignf(t, x);
+}
+__device__ __forceinline__ float arb_rsqrt(float x) { return 1.0f / __builtin_sqrtf(x); }
+#endif
+__device__ __forceinline__ float arb_sigmoid(float x) { return 1.0f / (1.0f + arb_exp(-x)); }
+
+__device__ __forceinline__ float arb_warp_sum(float v) {
+    for (int m = ARB_WARP / 2; m > 0; m >>= 1) v += arb_shfl_xor(v, m);
+    return v;
+}
+__device__ __forceinline__ float arb_warp_max(float v) {
+    for (int m = ARB_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, arb_shfl_xor(v, m));
+    return v;
+}
+
+#endif /* ARB_GPU_H */

@@ -1,0 +1,132 @@
+"""Build GPU kernel sources into loadable libraries, and into device assembly for reading.
+
+One HIP-dialect text serves both vendors: nvcc compiles it as CUDA (`-x cu`, arb_gpu.h maps
+the names) for sm_XX, hipcc / clang++ compile it as HIP for gfxNNNN. The key covers the source,
+the headers it includes, compiler identity, arch and flags (arbiter._build.build_key).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from arbiter._build import build_key, cached_build, run_tool
+from arbiter._errors import BuildError
+from arbiter._values import Artifact, KernelSource, Platform
+
+from .detect import cuda_arch, rocm_arch, rocm_compiler, toolchain
+
+__all__ = ["INCLUDE_DIR", "device_asm", "gpu_build", "isa_resources", "library_command"]
+
+INCLUDE_DIR = Path(__file__).resolve().parent
+_SUFFIX = {Platform.CUDA: ".cu", Platform.ROCM: ".hip"}
+
+
+@cache
+def _headers_digest() -> str:
+    """Every header beside this file is part of the key: a header edit changes the binary."""
+    return "\n".join(f"{p.name}:{p.read_text()}" for p in sorted(INCLUDE_DIR.glob("*.h")))
+
+
+def _arch(platform: Platform, arch: str | None) -> str:
+    return cuda_arch(arch) if platform is Platform.CUDA else rocm_arch(arch)
+
+
+def library_command(platform: Platform, arch: str, src: str, target: str,
+                    options: tuple[str, ...] = ()) -> list[str]:
+    """The compiler command that turns `src` into the shared library `target`."""
+    inc = f"-I{INCLUDE_DIR}"
+    if platform is Platform.CUDA:
+        if not toolchain().nvcc:
+            raise BuildError("no nvcc on PATH: cannot build for CUDA")
+        return ["nvcc", "-x", "cu", f"-arch={arch}", "-O3", "-shared", "-Xcompiler", "-fPIC",
+                "-lineinfo", inc, *options, "-o", target, src]
+    cc = rocm_compiler()
+    if cc is None:
+        raise BuildError("no hipcc or clang++ on PATH: cannot build for ROCm")
+    lang = [] if cc == "hipcc" else ["-x", "hip"]
+    link = [] if cc == "hipcc" else ["-lamdhip64"]
+    return [cc, *lang, f"--offload-arch={arch}", "-O3", "-fPIC", "-shared", inc, *options,
+            "-o", target, src, *link]
+
+
+def gpu_build(lane: object, source: KernelSource, platform: Platform,
+              arch: str | None = None) -> Artifact:
+    """Compile `source` for `platform` into a shared library exporting the arb_runner.h ABI."""
+    arch = _arch(platform, arch)
+    probe = library_command(platform, arch, "SRC", "OUT", source.options)
+    compiler = probe[0]
+    name = getattr(lane, "name", source.lane)
+    version = getattr(lane, "version", "0")
+    key = build_key(source=source.text + "\0" + _headers_digest(), compiler=compiler,
+                    flags=probe, arch=arch, lane=f"{name}@{version}")
+    suffix = _SUFFIX[platform]
+
+    def build(tmp: Path, target: Path) -> tuple[int, str]:
+        src = tmp / f"kernel{suffix}"
+        src.write_text(source.text)
+        return run_tool(library_command(platform, arch, str(src), str(target), source.options),
+                        timeout=600, cwd=str(tmp))
+
+    path, seconds, cached, log = cached_build(key, ".so", build)
+    return Artifact(name, key, source, str(path), seconds, cached, log)
+
+
+def device_asm(text: str, platform: Platform, arch: str | None = None,
+               options: tuple[str, ...] = ()) -> str:
+    """Device assembly for `text`: AMDGPU ISA (rocm) or PTX (cuda). No GPU needed.
+
+    ROCm uses `clang++ -x hip --offload-arch=gfxNNNN -nogpulib --cuda-device-only -S` with the
+    ockl shim from arb_gpu.h (no device libraries needed); CUDA uses `nvcc -ptx`.
+    """
+    arch = _arch(platform, arch)
+    tc = toolchain()
+    with tempfile.TemporaryDirectory(prefix="arbiter-asm-") as tmp:
+        src = Path(tmp) / f"kernel{_SUFFIX[platform]}"
+        out = Path(tmp) / "kernel.s"
+        src.write_text(text)
+        inc = f"-I{INCLUDE_DIR}"
+        if platform is Platform.CUDA:
+            if not tc.nvcc:
+                raise BuildError("no nvcc on PATH: cannot produce PTX")
+            argv = ["nvcc", "-x", "cu", "-ptx", f"-arch={arch}", "-O3", inc, *options,
+                    "-o", str(out), str(src)]
+        else:
+            if not tc.clang:
+                raise BuildError("no clang++ on PATH: cannot produce gfx ISA")
+            argv = [tc.clang, "-x", "hip", f"--offload-arch={arch}", "-nogpulib",
+                    "--cuda-device-only", "-S", "-O3", "-DARB_OCKL_SHIM", inc, *options,
+                    "-o", str(out), str(src)]
+        rc, log = run_tool(argv, timeout=300, cwd=tmp)
+        if rc != 0 or not out.exists():
+            raise BuildError(f"{argv[0]} failed (exit {rc})", log)
+        return out.read_text()
+
+
+_RES = {
+    "vgprs": re.compile(r"^\s*; NumVgprs:\s*(\d+)", re.M),
+    "sgprs": re.compile(r"^\s*; NumSgprs:\s*(\d+)", re.M),
+    "scratch": re.compile(r"^\s*; ScratchSize:\s*(\d+)", re.M),
+    "lds": re.compile(r"^\s*; LDSByteSize:\s*(\d+)", re.M),
+    "occupancy": re.compile(r"^\s*; Occupancy:\s*(\d+)", re.M),
+    "vgpr_spills": re.compile(r"^\s*\.vgpr_spill_count:\s*(\d+)", re.M),
+    "sgpr_spills": re.compile(r"^\s*\.sgpr_spill_count:\s*(\d+)", re.M),
+}
+_KERNEL = re.compile(r"^\s*\.globl\s+(\S+)", re.M)
+
+
+def isa_resources(asm: str) -> dict[str, dict[str, int]]:
+    """Per-kernel resource lines of AMDGPU assembly: {kernel: {vgprs, sgprs, scratch, lds,
+    occupancy, vgpr_spills, sgpr_spills}}, kernels in the order they appear.
+
+    The per-kernel "; Kernel info" comments and the metadata spill counts both come in kernel
+    order, so the i-th value of each belongs to the i-th kernel symbol.
+    """
+    kernels = [k for k in _KERNEL.findall(asm) if not k.startswith("__hip_cuid")]
+    columns = {name: [int(v) for v in rx.findall(asm)] for name, rx in _RES.items()}
+    out: dict[str, dict[str, int]] = {}
+    for i, k in enumerate(kernels):
+        out[k] = {name: vals[i] for name, vals in columns.items() if i < len(vals)}
+    return out
