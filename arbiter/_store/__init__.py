@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .ceilings import CeilingModel as CeilingModel
 from .models import (
     SCHEMA_REVISION,
     Base,
