@@ -1,0 +1,290 @@
+"""Trials in isolation: a worker process builds, checks and times candidates for the parent.
+
+The parent (`Worker`) starts `python -m arbiter._worker`, sends pickled requests on its stdin
+and reads pickled replies from a private pipe (the child's own stdout is pointed at stderr so
+a chatty lane cannot corrupt the protocol). A reply that does not come within the timeout
+kills the child (TIMEOUT); a child that dies mid-request (segfault, abort, os._exit) is a
+CRASHED result with the tail of its stderr as the log. Either way the next request starts a
+fresh child, so one bad candidate costs one trial, never the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._values import Config, Measurement, Status
+
+__all__ = ["Outcome", "Worker"]
+
+_HEADER = struct.Struct("<Q")
+LOG_TAIL = 4000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request's result plus where the child spent its time (seconds)."""
+
+    measurement: Measurement
+    build_s: float = 0.0  # inside lane.build (cache lookups included)
+    timing_s: float = 0.0  # inside runner.time (warm-up and repeats)
+    work_s: float = 0.0  # the whole request in the child
+    wall_s: float = 0.0  # the whole request seen by the parent
+
+
+# ---------------------------------------------------------------------------------- child side
+
+
+class _Timed:
+    """A lane whose `build` and whose runners' `time` add their wall time to counters."""
+
+    def __init__(self, lane: Any, clock: dict[str, float]) -> None:
+        self._lane, self._clock = lane, clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lane, name)
+
+    def build(self, source: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self._lane.build(source)
+        finally:
+            self._clock["build"] += time.perf_counter() - t0
+
+    def runner(self, artifact: Any, region: Any) -> Any:
+        return _TimedRunner(self._lane.runner(artifact, region), self._clock)
+
+
+class _TimedRunner:
+    def __init__(self, runner: Any, clock: dict[str, float]) -> None:
+        self._runner, self._clock = runner, clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+    def time(self, input_sets: Any, *, warmup: int, repeats: int) -> list[float]:
+        t0 = time.perf_counter()
+        try:
+            return self._runner.time(input_sets, warmup=warmup, repeats=repeats)
+        finally:
+            self._clock["timing"] += time.perf_counter() - t0
+
+
+def _check(req: dict[str, Any]) -> Outcome:
+    from ._check import check_candidate
+    from ._registry import get_lane
+
+    clock = {"build": 0.0, "timing": 0.0}
+    t0 = time.perf_counter()
+    lane = _Timed(get_lane(req["lane"]), clock)
+    budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
+    m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
+                        warmup=req["warmup"], repeats=req["repeats"])
+    if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
+        # timed because it is inside the ceiling (a looser budget may want it later), but it
+        # fails this sweep's budget
+        m = Measurement(Status.WRONG_RESULT, m.rel_error, m.max_abs, m.samples, m.timing_method,
+                        m.compile_seconds, m.log + f"\nover budget {budget:g}")
+    return Outcome(m, clock["build"], clock["timing"], time.perf_counter() - t0)
+
+
+def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
+    """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
+    from ._check import build_candidate, fresh_seeds
+    from ._inputs import random_inputs
+    from ._registry import get_lane
+
+    region = req["region"]
+    sets = [random_inputs(region, s) for s in fresh_seeds(2)]
+    runners: list[Any] = []
+    for lane_name, config in req["candidates"]:
+        lane = get_lane(lane_name)
+        built = build_candidate(lane, region, config)
+        runners.append(built.log if isinstance(built, Measurement) else lane.runner(built, region))
+    samples: list[list[float] | str] = [r if isinstance(r, str) else [] for r in runners]
+    try:
+        for rnd in range(req["rounds"]):
+            for i, r in enumerate(runners):
+                if isinstance(r, str) or isinstance(samples[i], str):
+                    continue
+                try:
+                    samples[i] += r.time(sets, warmup=req["warmup"] if rnd == 0 else 1,  # type: ignore[operator]
+                                         repeats=req["repeats"])
+                except RuntimeError as e:
+                    samples[i] = f"launch failed: {e}"
+    finally:
+        for r in runners:
+            if not isinstance(r, str):
+                r.close()
+    return samples
+
+
+_HANDLERS = {"check": _check, "interleave": _interleave}
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _serve() -> None:
+    import faulthandler
+
+    faulthandler.enable()  # a segfault leaves the Python stack in the trial's log
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # lane prints go to the log, not into the protocol
+    while True:
+        head = _read_exact(0, _HEADER.size)
+        if head is None:
+            return
+        body = _read_exact(0, _HEADER.unpack(head)[0])
+        if body is None:
+            return
+        req = pickle.loads(body)
+        try:
+            reply: Any = ("ok", _HANDLERS[req["op"]](req))
+        except Exception:  # a lane raising something unexpected is a result, not a crash
+            reply = ("error", traceback.format_exc(limit=8))
+        _send(reply_fd, reply)
+
+
+# --------------------------------------------------------------------------------- parent side
+
+
+class _Dead(Exception):
+    def __init__(self, status: Status, log: str) -> None:
+        super().__init__(log)
+        self.status, self.log = status, log
+
+
+class Worker:
+    """A restartable child process; one request at a time, each with a deadline."""
+
+    def __init__(self, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._log = tempfile.TemporaryFile()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "arbiter._worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._log, close_fds=True)
+            self.starts += 1
+        return self.proc
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        self.proc = None
+
+    def _log_since(self, offset: int) -> str:
+        self._log.seek(offset)
+        text = self._log.read().decode(errors="replace")
+        self._log.seek(0, os.SEEK_END)
+        return text[-LOG_TAIL:]
+
+    def _call(self, req: dict[str, Any], timeout: float) -> Any:
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        offset = self._log.seek(0, os.SEEK_END)
+        try:
+            _send(proc.stdin.fileno(), req)
+        except BrokenPipeError:
+            pass  # it died before reading; the read below reports how
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        buf = b""
+        need = _HEADER.size
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self._kill()
+                raise _Dead(Status.TIMEOUT, f"no result after {timeout:g} s; worker killed\n"
+                            + self._log_since(offset))
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                code = proc.wait()
+                self.proc = None
+                how = (f"killed by {signal.Signals(-code).name}" if code < 0
+                       else f"exited with code {code}")
+                raise _Dead(Status.CRASHED, f"worker {how}\n" + self._log_since(offset))
+            buf += chunk
+            if len(buf) >= _HEADER.size:
+                need = _HEADER.size + _HEADER.unpack(buf[:_HEADER.size])[0]
+            if len(buf) >= need and need > _HEADER.size:
+                kind, value = pickle.loads(buf[_HEADER.size:need])
+                if kind == "error":
+                    raise _Dead(Status.LAUNCH_FAILED, value)
+                return value
+
+    def check(self, lane: str, region: Any, config: Config, budget: float, *,
+              ceiling: float | None = None, warmup: int = 3, repeats: int = 15) -> Outcome:
+        """Build, verify on fresh seeds, then time; every failure is an Outcome with a status."""
+        req = {"op": "check", "lane": lane, "region": region, "config": config,
+               "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
+               "repeats": repeats}
+        t0 = time.perf_counter()
+        try:
+            out: Outcome = self._call(req, self.timeout)
+        except _Dead as d:
+            return Outcome(Measurement(d.status, log=d.log), wall_s=time.perf_counter() - t0)
+        return Outcome(out.measurement, out.build_s, out.timing_s, out.work_s,
+                       time.perf_counter() - t0)
+
+    def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
+                   rounds: int = 5, repeats: int = 10, warmup: int = 3) -> list[list[float] | str]:
+        req = {"op": "interleave", "region": region, "candidates": list(candidates),
+               "rounds": rounds, "repeats": repeats, "warmup": warmup}
+        try:
+            return self._call(req, self.timeout * max(1, len(candidates)))
+        except _Dead as d:
+            return [f"{d.status.value}: {d.log}"] * len(candidates)
+
+
+if __name__ == "__main__":
+    # run the importable module's copy, so pickled replies name arbiter._worker, not __main__
+    from arbiter._worker import _serve as serve
+
+    serve()

@@ -1,0 +1,188 @@
+"""Test-only lanes, one per way a candidate can fail, plus a small tunable space with known
+latencies. Registered without entry points through ARBITER_EXTRA_LANES (see `extra_lanes`),
+which worker processes inherit; `pythonpath()` makes `tests.fake_lanes` importable there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from arbiter.lanes.vendor_numpy.lane import compute
+
+from arbiter._errors import BuildError, EmitError
+from arbiter._inputs import validate_inputs, validate_output
+from arbiter._region import Region
+from arbiter._values import (
+    Artifact,
+    Availability,
+    Config,
+    KernelSource,
+    Platform,
+    Rule,
+    Space,
+    Tunable,
+)
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class _Runner:
+    timing_method = "fake_clock"
+
+    def __init__(self, lane: FakeLane, region: Region, config: Config) -> None:
+        self.lane, self.region, self.config = lane, region, config
+
+    def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
+        a = validate_inputs(self.region, inputs)
+        validate_output(self.region, out)
+        self.lane.fill(self.region, a, out, self.config)
+
+    def time(self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int,
+             repeats: int) -> list[float]:
+        base = self.lane.latency(self.config)
+        rng = np.random.default_rng()
+        return [base * (1 + 0.002 * float(rng.standard_normal())) for _ in range(repeats)]
+
+    def close(self) -> None:
+        pass
+
+
+class FakeLane:
+    """Computes the right answer through numpy; subclasses break one thing."""
+
+    name = "fake"
+    platform = Platform.CPU
+    precisions = ("f32",)
+    version = "1"
+
+    def available(self) -> Availability:
+        return Availability(True)
+
+    def applies_to(self, region: Region) -> str | None:
+        return None
+
+    def space(self, region: Region) -> Space:
+        return Space()
+
+    def emit(self, region: Region, config: Config) -> KernelSource:
+        return KernelSource(self.name, region.key, config, "python", f"# {self.name}\n")
+
+    def build(self, source: KernelSource) -> Artifact:
+        return Artifact(self.name, f"{self.name}-{source.config.key}", source, None, 0.0, True)
+
+    def runner(self, artifact: Artifact, region: Region) -> _Runner:
+        return _Runner(self, region, artifact.source.config)
+
+    def latency(self, config: Config) -> float:
+        return 1e-3
+
+    def fill(self, region: Region, a: Mapping[str, np.ndarray], out: np.ndarray,
+             config: Config) -> None:
+        np.copyto(out, compute(region, a), casting="same_kind")
+
+
+class Segfault(FakeLane):
+    name = "fake_segfault"
+
+    def fill(self, region, a, out, config):
+        ctypes.string_at(0)  # read address 0: SIGSEGV in this process
+
+
+class Hang(FakeLane):
+    name = "fake_hang"
+
+    def fill(self, region, a, out, config):
+        time.sleep(3600)
+
+
+class Garbage(FakeLane):
+    name = "fake_garbage"
+
+    def fill(self, region, a, out, config):
+        out[...] = np.random.default_rng().standard_normal(out.shape, dtype=np.float32)
+
+
+class Untouched(FakeLane):
+    name = "fake_untouched"
+
+    def fill(self, region, a, out, config):
+        pass
+
+
+class NaN(FakeLane):
+    name = "fake_nan"
+
+    def fill(self, region, a, out, config):
+        super().fill(region, a, out, config)
+        out.flat[0] = np.nan
+
+
+class BrokenBuild(FakeLane):
+    name = "fake_broken_build"
+
+    def build(self, source):
+        raise BuildError("compile failed (exit 1)", "kernel.c:1:1: error: expected ';'")
+
+
+class Exit(FakeLane):
+    name = "fake_exit"
+
+    def fill(self, region, a, out, config):
+        os._exit(3)
+
+
+class Tiny(FakeLane):
+    """A small tunable space with known latencies: the best is block=4, unroll=2, fast=False.
+
+    `fast=True` is quicker but over any budget below 1e-2 (a looser query budget picks it).
+    Rule: block * unroll <= 8.
+    """
+
+    name = "fake_tiny"
+
+    def space(self, region):
+        return Space(
+            (Tunable("block", (1, 2, 4, 8), 1), Tunable("unroll", (1, 2, 4), 1),
+             Tunable("fast", (False, True), False)),
+            (Rule("block * unroll <= 8", lambda v: v["block"] * v["unroll"] <= 8),),
+        )
+
+    def emit(self, region, config):
+        if config["block"] == 8 and config["unroll"] == 1 and config["fast"]:
+            raise EmitError("block=8 with fast=True is not emitted")
+        return super().emit(region, config)
+
+    def latency(self, config):
+        c = config.as_dict()
+        t = 1e-3 * (1 + abs(c["block"] - 4) * 0.5 + abs(c["unroll"] - 2) * 0.3)
+        return t * (0.5 if c["fast"] else 1.0)
+
+    def fill(self, region, a, out, config):
+        super().fill(region, a, out, config)
+        if config["fast"]:
+            out *= np.float32(1.003)  # rel_error 3e-3
+
+
+LANES = {cls.name: cls() for cls in (Segfault, Hang, Garbage, Untouched, NaN, BrokenBuild, Exit,
+                                     Tiny)}
+segfault, hang, garbage, untouched, nan, broken_build, exit_, tiny = LANES.values()
+
+
+def extra_lanes(*names: str) -> str:
+    """The ARBITER_EXTRA_LANES value registering the named fakes (all when none named)."""
+    attrs = {lane.name: attr for attr, lane in globals().items()
+             if isinstance(lane, FakeLane) and attr in _ATTRS}
+    return ",".join(f"{n}=tests.fake_lanes:{attrs[n]}" for n in (names or tuple(LANES)))
+
+
+_ATTRS = ("segfault", "hang", "garbage", "untouched", "nan", "broken_build", "exit_", "tiny")
+
+
+def pythonpath() -> str:
+    old = os.environ.get("PYTHONPATH", "")
+    return ROOT + (os.pathsep + old if old else "")
