@@ -138,7 +138,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
     {{
         float* scratch = work + (long)omp_get_thread_num() * N;
         (void)scratch;
-        #pragma omp for schedule(static, ROW_BLOCK)
+        #pragma omp for schedule({config["schedule"]}, ROW_BLOCK)
         for (long r = 0; r < M; ++r) {{
             row_program(X + r * N, {dst}{_row_args(region, idx, 'r')});
 #if STREAM

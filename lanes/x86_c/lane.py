@@ -108,7 +108,8 @@ class X86CLane:
             common + (
                 Tunable("row_block", (1, 4, 16, 64), 16),
                 Tunable("stream", (False, True), True),
-                Tunable("unroll", (1, 2, 4), 1),
+                Tunable("unroll", (1, 4), 1),
+                Tunable("schedule", ("static", "dynamic"), "dynamic"),
             ),
             (),
         )
