@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._api import check, lane_table, run
+from ._api import best, check, lane_table, run, tune
 from ._errors import (
     ArbiterError,
     BuildError,
@@ -41,6 +41,6 @@ __all__ = [
     "LaneError", "Measurement", "Platform", "Pointwise", "Reduction", "Region", "RegionError",
     "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError", "Status", "StoreError",
     "Tunable",
-    "check", "compare", "get_lane", "input_shapes", "lane_names", "lane_table", "load_spec",
-    "output_shape", "parse_spec", "random_inputs", "reference", "run", "validate_inputs",
+    "best", "check", "compare", "get_lane", "input_shapes", "lane_names", "lane_table", "load_spec",
+    "output_shape", "parse_spec", "random_inputs", "reference", "run", "tune", "validate_inputs",
 ]

@@ -19,7 +19,9 @@ from ._registry import get_lane, lane_names
 from ._spec import Spec, load_spec
 from ._values import Config, Measurement
 
-__all__ = ["check", "lane_table", "parse_config", "run", "run_npz", "usable_lanes"]
+__all__ = [
+    "best", "check", "lane_table", "parse_config", "run", "run_npz", "tune", "usable_lanes",
+]
 
 
 def lane_table() -> list[dict[str, Any]]:
@@ -116,14 +118,43 @@ def _split(item: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
+def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
+    """Search lanes x configs for every region, record everything, declare winners.
+
+    See `arbiter._tune.tune` for the keywords (db, trials, lanes, budget, timeout, seed,
+    sampler, ...). Returns one row per region.
+    """
+    from ._tune import tune as _tune
+
+    return _tune(spec, **kw)
+
+
+def best(region: Region, *, budget: float | None = None, db: str | None = None) -> dict[str, Any]:
+    """The recorded winner for `region` on this machine (answered from the records)."""
+    from ._tune import best as _best
+
+    return _best(region, budget=budget, db=db)
+
+
+def _recorded(region: Region, db: str | None) -> tuple[str, dict[str, Any]]:
+    w = best(region, db=db)
+    return w["lane"], w["config"]
+
+
 def run(
     region: Region,
     *,
-    lane: str,
+    lane: str | None = None,
     config: Mapping[str, Any] | Sequence[str] | None = None,
+    db: str | None = None,
     **arrays: np.ndarray,
 ) -> np.ndarray:
-    """Compute `region` on `arrays` with one lane (the default config unless given)."""
+    """Compute `region` on `arrays` with one lane (the default config unless given); with no
+    lane, the recorded winner's lane and config for this machine."""
+    if lane is None:
+        if config:
+            raise ArbiterError("a config needs a lane; without one the recorded winner runs")
+        lane, config = _recorded(region, db)
     ln = get_lane(lane)
     av = ln.available()
     if not av:
@@ -157,11 +188,18 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def run_npz(
-    spec: str | Path | Spec, region_name: str, *, lane: str, config: Sequence[str],
-    inputs: str, output: str, seed: int = 0,
+    spec: str | Path | Spec, region_name: str, *, lane: str | None, config: Sequence[str],
+    inputs: str, output: str, seed: int = 0, db: str | None = None,
 ) -> dict[str, Any]:
-    """`arbiter run`: inputs from an npz (missing ones drawn and saved), result to an npz."""
+    """`arbiter run`: inputs from an npz (missing ones drawn and saved), result to an npz.
+    Without a lane the recorded winner runs."""
     region = _spec(spec).get(region_name)
+    recorded = lane is None
+    if lane is None:
+        if config:
+            raise ArbiterError("--config needs --lane; without one the recorded winner runs")
+        lane, winner = _recorded(region, db)
+        config = [f"{k}={v}" for k, v in winner.items()]
     in_path, out_path = Path(inputs), Path(output)
     if out_path.suffix != ".npz":
         raise SpecError(f"{out_path}: output file must end in .npz")
@@ -175,5 +213,5 @@ def run_npz(
         np.savez(in_path, **{n: arrays[n] for n in input_shapes(region)})
     np.savez(out_path, out=out, **{n: arrays[n] for n in input_shapes(region)})
     ln = get_lane(lane)
-    return {"lane": lane, "shape": out.shape, "drawn": missing,
+    return {"lane": lane, "shape": out.shape, "drawn": missing, "recorded": recorded,
             "config": str(parse_config(ln, region, config))}

@@ -8,7 +8,9 @@ from .._api import run_npz
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="region spec file (TOML)")
     p.add_argument("region", help="region name in the spec")
-    p.add_argument("--lane", required=True, help="lane to run")
+    p.add_argument("--lane", help="lane to run (default: the recorded winner on this machine)")
+    p.add_argument("--db", help="records to find the winner in (default: $ARBITER_DB or "
+                   "sqlite:///arbiter.db)")
     p.add_argument("--config", action="append", default=[], metavar="K=V",
                    help="tunable value (repeatable); others take the lane's defaults")
     p.add_argument("--inputs", required=True, help=".npz with the input arrays; missing ones "
@@ -19,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     info = run_npz(args.spec, args.region, lane=args.lane, config=args.config,
-                   inputs=args.inputs, output=args.output, seed=args.seed)
-    print(f"wrote {args.output}: out{info['shape']} from lane {info['lane']} "
+                   inputs=args.inputs, output=args.output, seed=args.seed, db=args.db)
+    winner = "recorded winner " if info["recorded"] else ""
+    print(f"wrote {args.output}: out{info['shape']} from {winner}lane {info['lane']} "
           f"({info['config']}); drawn inputs: {', '.join(info['drawn']) or 'none'}")
     return 0

@@ -1,0 +1,210 @@
+"""Reading and writing the record store in the terms the search speaks: results, winners.
+
+Each write commits before the next trial starts, so a killed sweep loses at most the trial
+in flight. `choose` is the one place a winner is decided, from recorded numbers only, so a
+different budget at query time needs no new measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._store import (
+    CandidateModel,
+    EnvironmentModel,
+    LaneModel,
+    MeasurementModel,
+    RegionModel,
+    WinnerModel,
+    require_current,
+    session_scope,
+)
+from ._store.models import FINAL, SWEEP, VERIFY
+from ._values import Config, Measurement, Status
+
+__all__ = ["Choice", "Records", "Result", "choose", "ceiling_of"]
+
+# Candidates are timed when their error is inside this ceiling, not only inside the sweep's
+# budget, so a looser budget asked later can be answered from the records.
+CEILING_FACTOR = 10.0
+CEILING_FLOOR = 1e-2
+
+
+def ceiling_of(budget: float) -> float:
+    return max(budget * CEILING_FACTOR, CEILING_FLOOR)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One recorded measurement of one candidate, as plain values."""
+
+    candidate_id: int
+    lane: str
+    config: Config
+    status: Status
+    rel_error: float | None
+    max_abs: float | None
+    median: float | None  # seconds
+    spread: float | None
+    budget: float
+    timing_method: str = ""
+    log: str = ""
+
+    def fits(self, budget: float) -> bool:
+        """Timed and inside `budget` (wrong_result only meant: outside the sweep's budget)."""
+        return (self.status in (Status.OK, Status.WRONG_RESULT) and self.median is not None
+                and self.rel_error is not None and math.isfinite(self.rel_error)
+                and self.rel_error <= budget)
+
+
+@dataclass(frozen=True)
+class Choice:
+    winner: Result
+    runner_up: Result | None
+    tie: bool
+    margin: float | None  # runner-up median minus winner median, seconds
+
+
+def choose(results: list[Result], budget: float) -> Choice | None:
+    """Fastest result inside `budget`; when the runner-up is within the measured spread the
+    candidates are tied and the lowest error among the tied ones wins."""
+    fit = sorted((r for r in results if r.fits(budget)), key=lambda r: (r.median, r.rel_error))
+    if not fit:
+        return None
+    best = fit[0]
+    if len(fit) == 1:
+        return Choice(best, None, False, None)
+
+    def within(r: Result) -> bool:
+        noise = max(best.spread or 0.0, r.spread or 0.0)
+        return r.median - best.median <= noise  # type: ignore[operator]
+
+    tied = [r for r in fit if within(r)]
+    if len(tied) == 1:
+        return Choice(best, fit[1], False, fit[1].median - best.median)  # type: ignore[operator]
+    winner = min(tied, key=lambda r: (r.rel_error, r.median))
+    runner_up = next(r for r in tied if r is not winner)
+    return Choice(winner, runner_up, True, runner_up.median - winner.median)  # type: ignore[operator]
+
+
+def _result(c: CandidateModel, m: MeasurementModel) -> Result:
+    return Result(c.id, c.lane.name, Config.of(c.config_dict()), Status(m.status), m.rel_error,
+                  m.max_abs, m.median, m.spread, m.budget, m.timing_method, m.log)
+
+
+class Records:
+    """The store at one URL, checked to be at this code's schema (created when empty)."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self.url = url
+        require_current(url, create=create)
+
+    def ids(
+        self, region: Any, fingerprint: Any, lanes: list[Any]
+    ) -> tuple[int, int, dict[str, int]]:
+        with session_scope(self.url) as s:
+            r = RegionModel.find_or_add(s, region)
+            e = EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint))
+            lane_ids = {ln.name: LaneModel.find_or_add(s, ln).id for ln in lanes}
+            return r.id, e.id, lane_ids
+
+    def results(self, region_id: int, environment_id: int, kind: str = SWEEP) -> list[Result]:
+        with session_scope(self.url) as s:
+            out = []
+            for c in CandidateModel.of_region(s, region_id, environment_id):
+                ms = [m for m in c.measurements if m.kind == kind]
+                if ms:
+                    out.append(_result(c, ms[-1]))
+            return out
+
+    def record(self, region_id: int, environment_id: int, lane_id: int, config: Config,
+               m: Measurement, budget: float, kind: str = SWEEP) -> Result:
+        """Add the candidate (if new) and its measurement; committed on return."""
+        with session_scope(self.url) as s:
+            c = CandidateModel.find(s, region_id, environment_id, lane_id, config.key)
+            if c is None:
+                c = CandidateModel(region_id=region_id, environment_id=environment_id,
+                                   lane_id=lane_id, config_key=config.key,
+                                   config=config.to_json())
+                s.add(c)
+                s.flush()
+            row = MeasurementModel(
+                candidate_id=c.id, kind=kind, status=m.status.value, budget=budget,
+                rel_error=_finite(m.rel_error), max_abs=_finite(m.max_abs), median=m.median,
+                spread=m.spread, samples=json.dumps(list(m.samples)),
+                timing_method=m.timing_method, compile_seconds=m.compile_seconds, log=m.log)
+            s.add(row)
+            s.flush()
+            s.refresh(c)
+            return _result(c, row)
+
+    def save_winner(self, region_id: int, environment_id: int, budget: float,
+                    choice: Choice) -> None:
+        with session_scope(self.url) as s:
+            w = WinnerModel.find(s, region_id, environment_id, budget)
+            if w is None:
+                w = WinnerModel(region_id=region_id, environment_id=environment_id,
+                                budget=budget)
+                s.add(w)
+            w.candidate_id = choice.winner.candidate_id
+            w.runner_up_id = choice.runner_up.candidate_id if choice.runner_up else None
+            w.median, w.spread = choice.winner.median, choice.winner.spread
+            w.rel_error, w.margin, w.tie = choice.winner.rel_error, choice.margin, choice.tie
+
+    def winner(self, region_id: int, environment_id: int, budget: float) -> dict | None:
+        with session_scope(self.url) as s:
+            w = WinnerModel.find(s, region_id, environment_id, budget)
+            return None if w is None else _winner_row(w)
+
+    def region_id(self, key: str) -> int | None:
+        with session_scope(self.url) as s:
+            r = RegionModel.find(s, key)
+            return None if r is None else r.id
+
+    def environment_id(self, fingerprint: str) -> int | None:
+        with session_scope(self.url) as s:
+            e = EnvironmentModel.find(s, fingerprint)
+            return None if e is None else e.id
+
+    def foreign(self, region_id: int, environment_id: int | None) -> list[tuple[str, list[Result]]]:
+        """Other machines' sweep results for this region, newest environment first."""
+        with session_scope(self.url) as s:
+            envs: dict[int, tuple[str, list[Result]]] = {}
+            for c in CandidateModel.of_region(s, region_id):
+                if c.environment_id == environment_id:
+                    continue
+                m = c.sweep()
+                if m is not None:
+                    envs.setdefault(c.environment_id, (c.environment.fingerprint, []))[1].append(
+                        _result(c, m))
+            return [envs[k] for k in sorted(envs, reverse=True)]
+
+    def verified(self, region_id: int, environment_id: int, lane: str,
+                 config: Config) -> Result | None:
+        for r in self.results(region_id, environment_id, VERIFY):
+            if r.lane == lane and r.config == config:
+                return r
+        return None
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _winner_row(w: WinnerModel) -> dict:
+    c = w.candidate
+    return {
+        "lane": c.lane.name, "config": c.config_dict(), "candidate_id": c.id,
+        "latency_ms": None if w.median is None else w.median * 1e3,
+        "spread_ms": None if w.spread is None else w.spread * 1e3,
+        "rel_error": w.rel_error, "tie": w.tie,
+        "runner_up": None if w.runner_up is None else {
+            "lane": w.runner_up.lane.name, "config": w.runner_up.config_dict()},
+        "margin_ms": None if w.margin is None else w.margin * 1e3,
+    }
+
+
+__all__ += ["FINAL", "SWEEP", "VERIFY"]

@@ -1,0 +1,275 @@
+"""The search: one Optuna study per (region, fingerprint, lane set), records first.
+
+Lane is a categorical parameter and each lane's tunables are asked only under it
+(define-by-run), named `<lane>.<tunable>`. The objective is the median latency in ms; the
+accuracy budget is a constraint (`rel_error - budget <= 0`, kept in the trial's user attrs)
+that constraint-aware samplers read back. Our `candidates` table is the source of truth: a
+(lane, config) already measured on this machine is told to the study from the records and
+never measured again; a space no bigger than the trial budget is enumerated, not sampled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
+from ._values import Config, Measurement, Space, Status
+from ._worker import Worker
+
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "Plan", "RegionTuning", "make_sampler", "tune_region"]
+
+ENUMERABLE = 50_000  # larger spaces are sampled only, never listed
+DUPES_BEFORE_ENUM = 8  # consecutive already-measured proposals before we pick one ourselves
+FINALISTS = 3
+ATTR = "arbiter"  # trial user attr: candidate id, status, rel_error, constraint
+
+
+def constraint_of(trial: Any) -> tuple[float]:
+    return (float(trial.user_attrs.get(ATTR, {}).get("constraint", 1.0)),)
+
+
+def _tpe(seed: int | None, **kw: Any) -> Any:
+    from optuna.samplers import TPESampler
+
+    return TPESampler(seed=seed, constraints_func=constraint_of, **kw)
+
+
+def _gp(seed: int | None) -> Any:
+    from optuna.samplers import GPSampler
+
+    return GPSampler(seed=seed, constraints_func=constraint_of)
+
+
+def _random(seed: int | None) -> Any:
+    from optuna.samplers import RandomSampler
+
+    return RandomSampler(seed=seed)
+
+
+# name -> factory(seed); built lazily so `arbiter --help` never imports optuna
+SAMPLERS: dict[str, Callable[[int | None], Any]] = {
+    "tpe": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=5),
+    "tpe-startup10": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=10),
+    "tpe-independent": lambda s: _tpe(s, n_startup_trials=5),
+    "gp": _gp,
+    "random": _random,
+}
+DEFAULT_SAMPLER = "tpe"
+
+
+def make_sampler(name: str, seed: int | None) -> Any:
+    from ._errors import ArbiterError
+
+    if name not in SAMPLERS:
+        raise ArbiterError(f"unknown sampler {name!r} (known: {', '.join(SAMPLERS)})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return SAMPLERS[name](seed)
+        except ImportError as e:
+            raise ArbiterError(f"sampler {name!r} needs a missing package: {e}") from None
+
+
+def space_size(space: Space) -> int | None:
+    n = math.prod(len(t.choices) for t in space.tunables)
+    return space.size() if n <= ENUMERABLE else None
+
+
+@dataclass
+class Plan:
+    """What one region's sweep will do, decided from the records before any measurement."""
+
+    lanes: dict[str, Any]  # name -> Lane, applicable and available
+    spaces: dict[str, Space]
+    total: int | None  # candidates in all spaces together; None when too many to list
+    target: int  # distinct candidates to have measured when done
+    measured: dict[tuple[str, str], Result] = field(default_factory=dict)
+
+    @property
+    def needed(self) -> int:
+        return max(0, self.target - len(self.measured))
+
+
+@dataclass
+class RegionTuning:
+    region: Any
+    budget: float
+    new: int = 0
+    reused: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    choice: Choice | None = None
+    finalists: int = 0
+
+
+def plan(region: Any, lanes: list[Any], records: Records, region_id: int, env_id: int,
+         trials: int) -> Plan:
+    chosen = {ln.name: ln for ln in lanes}
+    spaces = {n: ln.space(region) for n, ln in chosen.items()}
+    sizes = [space_size(s) for s in spaces.values()]
+    total = None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+    measured = {(r.lane, r.config.key): r for r in records.results(region_id, env_id)
+                if r.lane in chosen}
+    target = trials if total is None else min(trials, total)
+    return Plan(chosen, spaces, total, target, measured)
+
+
+def _params(lane: str, config: Config) -> dict[str, Any]:
+    return {"lane": lane, **{f"{lane}.{k}": v for k, v in config.items}}
+
+
+def _distributions(p: Plan, lane: str) -> dict[str, Any]:
+    from optuna.distributions import CategoricalDistribution
+
+    d = {"lane": CategoricalDistribution(sorted(p.lanes))}
+    for t in p.spaces[lane].tunables:
+        d[f"{lane}.{t.name}"] = CategoricalDistribution(t.choices)
+    return d
+
+
+def _objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
+    err = r.rel_error if r.rel_error is not None and math.isfinite(r.rel_error) else None
+    attrs = {"candidate": r.candidate_id, "status": r.status.value, "rel_error": err,
+             "constraint": (err - budget) if err is not None else 1.0}
+    value = r.median * 1e3 if r.median is not None else math.inf
+    return value, attrs
+
+
+def study_name(region: Any, fingerprint: str, p: Plan) -> str:
+    lanes = ",".join(f"{n}@{p.lanes[n].version}" for n in sorted(p.lanes))
+    tag = hashlib.sha256(lanes.encode()).hexdigest()[:8]
+    return f"{region.name or 'region'}:{region.key[:12]}:{fingerprint}:{tag}"
+
+
+def _open_study(url: str, name: str, sampler: Any) -> Any:
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(
+        url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                direction="minimize", load_if_exists=True)
+    # a RUNNING trial left by a killed sweep never finishes; its result (if it got that far)
+    # is in our records and is told again below
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    return study
+
+
+def _sync(study: Any, p: Plan, budget: float) -> None:
+    """Tell the study every recorded candidate it does not know yet."""
+    import optuna
+    from optuna.trial import TrialState
+
+    known = {t.user_attrs.get(ATTR, {}).get("candidate")
+             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    for (lane, _), r in p.measured.items():
+        if r.candidate_id in known or p.spaces[lane].violation(r.config) is not None:
+            continue
+        value, attrs = _objective(r, budget)
+        study.add_trial(optuna.trial.create_trial(
+            params=_params(lane, r.config), distributions=_distributions(p, lane), value=value,
+            user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
+
+
+def _unmeasured(p: Plan, rng: random.Random) -> Iterator[tuple[str, Config]]:
+    """Candidates not yet measured, in a seeded random order (random draws for huge spaces)."""
+    pool: list[tuple[str, Config]] = []
+    for lane, space in p.spaces.items():
+        if space_size(space) is None:
+            continue
+        pool += [(lane, c) for c in space.configs() if (lane, c.key) not in p.measured]
+    rng.shuffle(pool)
+    yield from pool
+    huge = [ln for ln, s in p.spaces.items() if space_size(s) is None]
+    for _ in range(1000 if huge else 0):
+        lane = rng.choice(huge)
+        cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
+        if (lane, cfg.key) not in p.measured:
+            yield lane, cfg
+
+
+def _suggest(trial: Any, p: Plan) -> tuple[str, Config]:
+    lane = trial.suggest_categorical("lane", sorted(p.lanes))
+    values = {t.name: trial.suggest_categorical(f"{lane}.{t.name}", t.choices)
+              for t in p.spaces[lane].tunables}
+    return lane, Config.of(values)
+
+
+def tune_region(
+    region: Any, p: Plan, records: Records, worker: Worker, *, region_id: int, env_id: int,
+    lane_ids: dict[str, int], fingerprint: str, budget: float, sampler: str,
+    seed: int | None, warmup: int, repeats: int, refinal: bool,
+    on_trial: Callable[[str, Config, Result, bool], None] | None = None,
+) -> RegionTuning:
+    out = RegionTuning(region, budget, reused=len(p.measured))
+
+    def measure(lane: str, cfg: Config) -> Result:
+        problem = p.spaces[lane].violation(cfg)
+        if problem is not None:  # never built, never run
+            m = Measurement(Status.INVALID, log=f"config rejected by the lane's space: {problem}")
+        else:
+            m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
+                             warmup=warmup, repeats=repeats).measurement
+        r = records.record(region_id, env_id, lane_ids[lane], cfg, m, budget)
+        p.measured[(lane, cfg.key)] = r
+        out.new += 1
+        out.statuses[r.status.value] = out.statuses.get(r.status.value, 0) + 1
+        if on_trial:
+            on_trial(lane, cfg, r, True)
+        return r
+
+    if p.needed > 0:
+        study = _open_study(records.url, study_name(region, fingerprint, p),
+                            make_sampler(sampler, seed))
+        _sync(study, p, budget)
+        enumerate_all = p.total is not None and p.total <= p.target
+        rng = random.Random(seed)
+        fallback = _unmeasured(p, rng)
+        dupes = asks = 0
+        while p.needed > 0 and asks < 5 * p.target + 100:
+            asks += 1
+            if enumerate_all or dupes >= DUPES_BEFORE_ENUM:
+                pick = next((c for c in fallback if (c[0], c[1].key) not in p.measured), None)
+                if pick is None:
+                    break
+                study.enqueue_trial(_params(*pick), skip_if_exists=False)
+            trial = study.ask()
+            lane, cfg = _suggest(trial, p)
+            known = p.measured.get((lane, cfg.key))
+            dupes = dupes + 1 if known is not None else 0
+            r = known if known is not None else measure(lane, cfg)
+            value, attrs = _objective(r, budget)
+            trial.set_user_attr(ATTR, attrs)
+            study.tell(trial, value)
+    if out.new or refinal or records.winner(region_id, env_id, budget) is None:
+        out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
+        if out.choice is not None:
+            records.save_winner(region_id, env_id, budget, out.choice)
+    return out
+
+
+def finals(region: Any, p: Plan, records: Records, worker: Worker, region_id: int,
+           env_id: int, lane_ids: dict[str, int], budget: float) -> Choice | None:
+    """Re-time the top few interleaved (A B C A B C ...) and choose among those numbers."""
+    fit = sorted((r for r in p.measured.values() if r.fits(budget)), key=lambda r: r.median)
+    top = fit[:FINALISTS]
+    if len(top) < 2:
+        return choose(top, budget)
+    samples = worker.interleave(region, [(r.lane, r.config) for r in top])
+    final: list[Result] = []
+    for r, s in zip(top, samples):
+        if isinstance(s, str):
+            m = Measurement(Status.LAUNCH_FAILED, log=f"finalist re-timing failed: {s}")
+        else:
+            m = Measurement(Status.OK if r.status is Status.OK else r.status, r.rel_error,
+                            r.max_abs, tuple(s), r.timing_method, log="interleaved finalist")
+        final.append(records.record(region_id, env_id, lane_ids[r.lane], r.config, m, budget,
+                                    kind=FINAL))
+    return choose(final, budget) or choose(top, budget)

@@ -1,0 +1,228 @@
+"""`tune` and `best`: sweep regions into the records, and answer from them.
+
+`tune` plans every region from the records first (what is already measured on this machine
+is never measured again), then searches, re-times finalists and declares winners. `best`
+answers from recorded numbers alone; a winner recorded on another machine (fingerprint) is
+re-checked against the oracle here before it is served.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._api import usable_lanes
+from ._errors import ArbiterError, LaneError
+from ._fingerprint import fingerprint
+from ._oracle import budget_of
+from ._records import VERIFY, Choice, Records, Result, choose
+from ._region import Region
+from ._registry import get_lane
+from ._search import DEFAULT_SAMPLER, RegionTuning, plan, tune_region
+from ._settings import settings
+from ._spec import Spec, load_spec
+from ._values import Status
+from ._worker import Worker
+
+__all__ = ["best", "best_rows", "tune"]
+
+VERIFY_TRIES = 3
+
+
+def _regions(spec: str | Path | Spec | Region | Sequence[Region],
+             names: Sequence[str] | None = None) -> list[Region]:
+    if isinstance(spec, (str, Path)):
+        spec = load_spec(spec)
+    if isinstance(spec, Spec):
+        return [spec.get(n) for n in names] if names else list(spec)
+    if isinstance(spec, Region.__args__):  # type: ignore[attr-defined]
+        return [spec]  # type: ignore[list-item]
+    return list(spec)  # type: ignore[arg-type]
+
+
+def _precision(lane: str, config: dict) -> str:
+    try:
+        return str(config.get("precision") or get_lane(lane).precisions[0])
+    except (LaneError, IndexError):
+        return "?"
+
+
+def _row(region: Region, budget: float, r: Result, choice: Choice | None = None,
+         **extra: Any) -> dict[str, Any]:
+    config = r.config.as_dict()
+    tie = bool(choice and choice.tie)
+    return {
+        "region": region.name or region.key, "region_key": region.key, "lane": r.lane,
+        "config": config, "precision": _precision(r.lane, config),
+        "latency_ms": None if r.median is None else r.median * 1e3,
+        "spread_ms": None if r.spread is None else r.spread * 1e3,
+        "rel_error": r.rel_error, "budget": budget, "status": "tie" if tie else "ok",
+        "tie": tie,
+        "runner_up": None if not (choice and choice.runner_up) else {
+            "lane": choice.runner_up.lane, "config": choice.runner_up.config.as_dict(),
+            "latency_ms": choice.runner_up.median * 1e3 if choice.runner_up.median else None},
+        **extra,
+    }
+
+
+def tune(
+    spec: str | Path | Spec | Region | Sequence[Region], *, db: str | None = None,
+    trials: int = 30, lanes: Sequence[str] | None = None, budget: float | None = None,
+    timeout: float = 60.0, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
+    warmup: int = 3, repeats: int = 15, regions: Sequence[str] | None = None,
+    progress: bool = False, refinal: bool = False,
+    on_trial: Callable[[str, str, Result], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Search every region's lanes and configs, record everything, declare winners.
+
+    `trials` is the number of distinct candidates per region to have measured on this machine
+    when done (counting earlier runs), so a second run of a finished sweep measures nothing.
+    Returns one row per region (see README: `arbiter tune --json`).
+    """
+    if trials < 1:
+        raise ArbiterError(f"--trials must be at least 1, got {trials}")
+    if timeout <= 0:
+        raise ArbiterError(f"--timeout must be positive, got {timeout}")
+    url = db or settings().db
+    chosen = usable_lanes(lanes)
+    todo = _regions(spec, regions)
+    fp = fingerprint()
+    records = Records(url)
+    plans = []
+    for region in todo:
+        region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+        region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
+        plans.append((region, region_id, env_id, lane_ids,
+                      plan(region, region_lanes, records, region_id, env_id, trials)))
+    bar = _bar(sum(p.needed for *_, p in plans), progress)
+    rows = []
+    try:
+        with Worker(timeout) as worker:
+            for region, region_id, env_id, lane_ids, p in plans:
+                b = budget_of(region, budget)
+                if not p.lanes:
+                    rows.append(_empty(region, b, "no applicable lane"))
+                    continue
+                bar.set_description(region.name or region.key[:12])
+
+                def tick(lane, cfg, r, _new, _name=region.name):
+                    bar.update(1)
+                    if on_trial:
+                        on_trial(_name, lane, r)
+
+                t = tune_region(region, p, records, worker, region_id=region_id, env_id=env_id,
+                                lane_ids=lane_ids, fingerprint=fp.hash, budget=b,
+                                sampler=sampler, seed=seed, warmup=warmup, repeats=repeats,
+                                refinal=refinal, on_trial=tick)
+                rows.append(_tuned_row(region, b, t, records, region_id, env_id))
+    finally:
+        bar.close()
+    return rows
+
+
+def _bar(total: int, progress: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False,
+                disable=not (progress and sys.stderr.isatty()))
+
+
+def _empty(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
+    return {"region": region.name or region.key, "region_key": region.key, "lane": None,
+            "config": None, "precision": None, "latency_ms": None, "spread_ms": None,
+            "rel_error": None, "budget": budget, "status": status, "tie": False,
+            "runner_up": None, **extra}
+
+
+def _tuned_row(region: Region, budget: float, t: RegionTuning, records: Records,
+               region_id: int, env_id: int) -> dict[str, Any]:
+    counts = {"new_trials": t.new, "reused_trials": t.reused, "statuses": t.statuses}
+    if t.choice is not None:
+        return _row(region, budget, t.choice.winner, t.choice, **counts)
+    w = records.winner(region_id, env_id, budget)
+    if w is None:
+        return _empty(region, budget, "no candidate within budget", **counts)
+    row = _empty(region, budget, "tie" if w["tie"] else "ok", **counts)
+    row.update(lane=w["lane"], config=w["config"], precision=_precision(w["lane"], w["config"]),
+               latency_ms=w["latency_ms"], spread_ms=w["spread_ms"], rel_error=w["rel_error"],
+               tie=w["tie"], runner_up=w["runner_up"])
+    return row
+
+
+def best(region: Region, *, budget: float | None = None, db: str | None = None,
+         timeout: float = 60.0) -> dict[str, Any]:
+    """The recorded winner for `region` on this machine under `budget` (the region's own by
+    default). A budget other than the sweep's is answered from the recorded latency/error
+    results; a winner recorded on another machine is re-verified here first."""
+    url = db or settings().db
+    records = Records(url, create=False)
+    b = budget_of(region, budget)
+    region_id = records.region_id(region.key)
+    if region_id is None:
+        raise ArbiterError(f"region {region.label!r} was never tuned in {url} "
+                           "(run `arbiter tune` first)")
+    fp = fingerprint()
+    env_id = records.environment_id(fp.hash)
+    if env_id is not None:
+        w = records.winner(region_id, env_id, b)
+        if w is not None:
+            row = _empty(region, b, "tie" if w["tie"] else "ok", source="winner",
+                         fingerprint=fp.hash)
+            row.update(lane=w["lane"], config=w["config"], latency_ms=w["latency_ms"],
+                       precision=_precision(w["lane"], w["config"]), spread_ms=w["spread_ms"],
+                       rel_error=w["rel_error"], tie=w["tie"], runner_up=w["runner_up"])
+            return row
+        results = records.results(region_id, env_id)
+        if results:
+            choice = choose(results, b)
+            if choice is None:
+                seen = [r.rel_error for r in results if r.median is not None and r.rel_error]
+                low = f"; lowest timed error recorded {min(seen):.3g}" if seen else ""
+                raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
+                                   f"budget {b:g}{low}")
+            return _row(region, b, choice.winner, choice, source="records", fingerprint=fp.hash)
+    return _reverified(region, b, records, region_id, fp, timeout)
+
+
+def _reverified(region: Region, budget: float, records: Records, region_id: int, fp: Any,
+                timeout: float) -> dict[str, Any]:
+    env_id = records.environment_id(fp.hash)
+    for other, results in records.foreign(region_id, env_id):
+        fit = sorted((r for r in results if r.fits(budget)), key=lambda r: r.median)
+        for r in fit[:VERIFY_TRIES]:
+            try:
+                lane = get_lane(r.lane)
+            except LaneError:
+                continue
+            if not lane.available() or lane.applies_to(region) is not None:
+                continue
+            rid, eid, lane_ids = records.ids(region, fp, [lane])
+            seen = records.verified(rid, eid, r.lane, r.config)
+            if seen is None:
+                with Worker(timeout) as w:
+                    m = w.check(r.lane, region, r.config, budget, repeats=0).measurement
+                seen = records.record(rid, eid, lane_ids[r.lane], r.config, m, budget,
+                                      kind=VERIFY)
+            if seen.status is Status.OK:
+                row = _row(region, budget, r, None, source="reverified", fingerprint=fp.hash,
+                           measured_on=other)
+                row["rel_error"] = seen.rel_error
+                return row
+    raise ArbiterError(f"region {region.label!r}: tuned on other machines only, and no recorded "
+                       f"winner passed re-verification here (run `arbiter tune`)")
+
+
+def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,
+              budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
+    """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
+    if region_name:
+        return [best(r, budget=budget, db=db) for r in _regions(spec, [region_name])]
+    rows = []
+    for r in _regions(spec):
+        try:
+            rows.append(best(r, budget=budget, db=db))
+        except ArbiterError as e:
+            rows.append(_empty(r, budget_of(r, budget), "no answer", detail=str(e)))
+    return rows

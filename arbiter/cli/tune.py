@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import argparse
+
+from ._table import print_json, print_table
+
+COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "rel_error", "status",
+           "new_trials"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="region spec file (TOML)")
+    p.add_argument("--db", help="SQLAlchemy URL of the records (default: $ARBITER_DB or "
+                   "sqlite:///arbiter.db)")
+    p.add_argument("--trials", type=int, default=30,
+                   help="distinct candidates per region to have measured here (default 30)")
+    p.add_argument("--lanes", help="comma-separated lane names (default: all available)")
+    p.add_argument("--budget", type=float, help="relative error budget for every region")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds one candidate may take to build, check and time (default 60)")
+    p.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
+    p.add_argument("--sampler", help="tpe (default), tpe-startup10, tpe-independent, gp, random")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def config_text(config: dict | None) -> str:
+    if config is None:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items())) or "(default)"
+
+
+def main(args: argparse.Namespace) -> int:
+    from .._search import DEFAULT_SAMPLER
+    from .._tune import tune
+
+    lanes = args.lanes.split(",") if args.lanes else None
+    rows = tune(args.spec, db=args.db, trials=args.trials, lanes=lanes, budget=args.budget,
+                timeout=args.timeout, seed=args.seed, sampler=args.sampler or DEFAULT_SAMPLER,
+                progress=not args.json)
+    if args.json:
+        print_json(rows)
+    else:
+        print_table([dict(r, config=config_text(r["config"])) for r in rows], COLUMNS)
+    return 0 if rows and all(r["lane"] for r in rows) else 1
