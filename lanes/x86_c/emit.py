@@ -53,7 +53,7 @@ def _header(region: Region, config: Config) -> str:
     )
 
 
-def _render_program(prog: RowProgram, unroll: int) -> list[str]:
+def _render_program(prog: RowProgram) -> list[str]:
     """Each Loop -> a plain `for` with `omp simd reduction(...)`; each Scalar -> its lines."""
     lines = [f"    float {name} = {accumulator_init(kind)};" for name, kind in prog.accumulators]
     for step in prog.steps:
@@ -64,8 +64,6 @@ def _render_program(prog: RowProgram, unroll: int) -> list[str]:
         red = "".join(
             f" reduction({'max' if kind == 'max' else '+'}:{name})" for name, kind in step.reduce
         )
-        if unroll > 1:
-            lines.append(f"    #pragma GCC unroll {unroll}")
         lines.append(f"    #pragma omp simd{red}")
         lines.append("    for (long j = 0; j < N; ++j) {")
         lines += [f"        {s}" for s in step.body]
@@ -73,14 +71,14 @@ def _render_program(prog: RowProgram, unroll: int) -> list[str]:
     return lines
 
 
-def _row_function(region: Region, unroll: int) -> str:
+def _row_function(region: Region) -> str:
     prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
     params = ["const float* src", "float* dst"]
     if region.has_bias:
         params.append("const float* restrict bias")
     if region.residual:
         params.append("const float* restrict res")
-    body = "\n".join(_render_program(prog, unroll))
+    body = "\n".join(_render_program(prog))
     # src and dst may be the same row (fused regions work in place), so they are not restrict.
     return (
         "/* The region's per-row program (lanes/_scalar_body.py): chain, residual, reduction. */\n"
@@ -158,7 +156,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
         + _defines(defines)
         + (_STREAM_COPY if stream else "")
         + "\n"
-        + _row_function(region, int(config["unroll"]))
+        + _row_function(region)
         + run
     )
 
@@ -235,7 +233,6 @@ static inline void micro_kernel(long kc, const float* restrict a, const float* r
         #pragma omp simd
         for (int j = 0; j < NR; ++j) acc[i][j] = 0.0f;
     }
-    #pragma GCC unroll {KUNROLL}
     for (long p = 0; p < kc; ++p) {
         const float* restrict bp = b + p * NR;
         const float* restrict ap = a + p * MR;
@@ -328,9 +325,9 @@ int arbiter_run(const float* const* in, float* out, float* work)
         + "\n"
         + pro
         + pro_macro
-        + _GEMM.replace("{KUNROLL}", str(int(config["unroll"])))
+        + _GEMM
         + "\n"
-        + _row_function(region, 1)
+        + _row_function(region)
         + run
     )
 

@@ -95,7 +95,6 @@ class X86CLane:
                 Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
                 Tunable("mc", (48, 96, 192), 96),
                 Tunable("kc", (128, 256, 512), 256),
-                Tunable("unroll", (1, 4), 1),
             )
             rules = (
                 Rule("tile: NR must be whole vectors and MR*NR accumulators plus one row of B "
@@ -108,7 +107,6 @@ class X86CLane:
             common + (
                 Tunable("row_block", (1, 4, 16, 64), 16),
                 Tunable("stream", (False, True), True),
-                Tunable("unroll", (1, 4), 1),
                 Tunable("schedule", ("static", "dynamic"), "dynamic"),
             ),
             (),

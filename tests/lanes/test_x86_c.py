@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arbiter import (
+    AttentionRegion,
+    EmitError,
+    FusedRegion,
+    InputError,
+    Measurement,
+    RowwiseRegion,
+    Status,
+    random_inputs,
+)
+from arbiter._check import build_candidate, check_candidate
+from arbiter._inputs import output_shape, poison
+from arbiter._oracle import compare, reference
+from arbiter._registry import get_lane
+from arbiter._settings import override
+from arbiter.cli import main as cli_main
+from arbiter.testing import LaneConformance
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    with override(cache_dir=tmp_path_factory.mktemp("x86c-cache")):
+        yield
+
+
+@pytest.fixture(scope="module")
+def lane():
+    ln = get_lane("x86_c")
+    av = ln.available()
+    if not av:
+        pytest.skip(f"x86_c not available here: {av.reason}")
+    return ln
+
+
+class TestX86CConformance(LaneConformance):
+    lane_name = "x86_c"
+
+
+def _verdict(lane, region, overrides, seed=0, budget=1e-5):
+    config = lane.space(region).complete(overrides)
+    built = build_candidate(lane, region, config)
+    assert not isinstance(built, Measurement), built.log
+    runner = lane.runner(built, region)
+    try:
+        inputs = random_inputs(region, seed)
+        out = np.empty(output_shape(region), np.float32)
+        poison(out)
+        runner.run(inputs, out)
+        return compare(out, reference(region, inputs), budget)
+    finally:
+        runner.close()
+
+
+def test_every_example_region_passes_check(lane, capsys):
+    assert cli_main(["check", str(EXAMPLES), "--lanes", "x86_c"]) == 0
+    out = capsys.readouterr().out
+    assert "prologue_silu_mm" in out and "row_gelu_residual" in out
+
+
+@pytest.mark.parametrize(
+    ("region", "overrides"),
+    [
+        (FusedRegion(1, 17, 3, epilogue=("bias", "gelu")), {"tile": "12x32", "mc": 48}),
+        # two row blocks (second partial), three K blocks (last partial), ragged last panel
+        (FusedRegion(61, 70, 300, prologue=("tanh",), epilogue=("bias",), residual=True),
+         {"tile": "6x16", "mc": 48, "kc": 128, "threads": 1}),
+        (FusedRegion(97, 33, 129, epilogue=("relu",), reduction="layer_norm"),
+         {"tile": "6x32", "mc": 48, "kc": 128, "vec": 256}),
+        (FusedRegion(5, 1, 7, reduction="softmax"), {}),
+        (RowwiseRegion(3, 1, reduction="softmax"), {"row_block": 64}),
+        (RowwiseRegion(7, 33, epilogue=("bias", "sigmoid"), reduction="rmsnorm"),
+         {"stream": False, "schedule": "static", "row_block": 1}),
+        (RowwiseRegion(13, 1031, epilogue=("tanh",), residual=True), {"vec": 256}),
+    ],
+    ids=lambda v: v.describe() if hasattr(v, "describe") else "",
+)
+def test_odd_sizes_and_edges(lane, region, overrides):
+    v = _verdict(lane, region, overrides)
+    assert v.status is Status.OK, (v.status, v.rel_error, v.detail)
+
+
+def test_fast_math_error_is_measured_not_assumed(lane):
+    region = FusedRegion(64, 96, 48, epilogue=("bias", "gelu"), reduction="softmax")
+    space = lane.space(region)
+    exact = check_candidate(lane, region, space.complete({"fast_math": False}), 1e-3)
+    fast = check_candidate(lane, region, space.complete({"fast_math": True}), 1e-3)
+    for m in (exact, fast):
+        assert m.status is Status.OK, m.log
+        assert m.rel_error is not None and 0 <= m.rel_error < 1e-5
+        assert m.max_abs is not None
+    assert "-ffast-math" in lane.emit(region, space.complete({"fast_math": True})).options
+    assert "-ffast-math" not in lane.emit(region, space.default).options
+
+
+def _bad_cases(region):
+    good = random_inputs(region, 0)
+    first = "B" if isinstance(region, FusedRegion) else "X"
+    rows, cols = good[first].shape
+    return [
+        {**good, first: np.ones((rows + 1, cols), np.float32)},  # B rows != K
+        {**good, first: good[first].astype(np.float64)},
+        {**good, first: good[first].astype(np.float16)},
+        {k: v for k, v in good.items() if k != "bias"},
+        {k: v for k, v in good.items() if k != "residual"},
+        {**good, "bias": None},
+        {**good, "bias": np.ones((region.N + 1,), np.float32)},
+        {**good, "residual": good["residual"][:, :1]},
+    ]
+
+
+@pytest.mark.parametrize(
+    "region",
+    [FusedRegion(8, 24, 16, epilogue=("bias",), residual=True),
+     RowwiseRegion(8, 24, epilogue=("bias",), residual=True)],
+    ids=["fused", "rowwise"],
+)
+def test_bad_inputs_raise_before_c_is_called(lane, region):
+    built = build_candidate(lane, region, lane.space(region).default)
+    runner = lane.runner(built, region)
+
+    def never(*_args):
+        raise AssertionError("native code was called with bad inputs")
+
+    runner._run = never
+    good_out = np.empty(output_shape(region), np.float32)
+    for bad in _bad_cases(region):
+        with pytest.raises(InputError):
+            runner.run(bad, good_out)
+        with pytest.raises(InputError):
+            runner.time([bad], warmup=0, repeats=1)
+    good = random_inputs(region, 0)
+    for out in (np.empty((region.M, region.N), np.float64),
+                np.empty((region.N, region.M), np.float32),
+                np.empty((region.M, 2 * region.N), np.float32)[:, ::2]):
+        with pytest.raises(InputError):
+            runner.run(good, out)
+
+
+def test_second_build_is_a_cache_hit(lane, monkeypatch):
+    from arbiter.lanes.x86_c import build as build_mod
+
+    region = RowwiseRegion(4, 40, epilogue=("silu",), reduction="rmsnorm")
+    source = lane.emit(region, lane.space(region).complete({"row_block": 4}))
+    first = lane.build(source)
+    assert Path(first.path).is_file()
+    mtime = Path(first.path).stat().st_mtime_ns
+
+    def no_compiler(argv, *a, **k):
+        raise AssertionError(f"recompiled: {argv}")
+
+    monkeypatch.setattr(build_mod, "run_tool", no_compiler)
+    second = lane.build(source)
+    assert second.cached and second.path == first.path and second.key == first.key
+    assert second.compile_seconds == 0.0
+    assert Path(second.path).stat().st_mtime_ns == mtime
+    # a different config is a different binary
+    monkeypatch.undo()
+    other = lane.build(lane.emit(region, lane.space(region).complete({"fast_math": True})))
+    assert other.key != first.key and not other.cached
+
+
+def test_rules_reject_configs_instead_of_crashing(lane):
+    region = FusedRegion(64, 64, 64, epilogue=("bias",))
+    space = lane.space(region)
+    names = {t.name for t in space.tunables}
+    assert {"threads", "tile", "mc", "kc", "vec", "fast_math"} <= names
+    vec = next(t for t in space.tunables if t.name == "vec")
+    if 256 in vec.choices:
+        too_many = space.complete({"tile": "12x32", "vec": 256})
+        why = space.violation(too_many)
+        assert why is not None and "register" in why
+        m = build_candidate(lane, region, too_many)
+        assert isinstance(m, Measurement) and m.status is Status.INVALID
+    assert space.violation(space.complete({"mc": 1000})) is not None
+    assert 0 < space.size() <= 400
+
+
+def test_rowwise_space_has_no_gemm_knobs(lane):
+    space = lane.space(RowwiseRegion(64, 64, reduction="softmax"))
+    names = {t.name for t in space.tunables}
+    assert not names & {"tile", "mc", "kc"}
+    assert {"threads", "row_block", "vec", "fast_math"} <= names
+    assert 0 < space.size() <= 400
+
+
+def test_generated_c_is_readable(lane):
+    region = FusedRegion(33, 65, 31, prologue=("silu",), epilogue=("bias", "gelu"),
+                         reduction="rmsnorm")
+    config = lane.space(region).default
+    text = lane.emit(region, config).text
+    assert region.key in text and region.describe() in text and str(config) in text
+    for define in ("#define M ", "#define N ", "#define K ", "#define MC ", "#define KC "):
+        assert define in text
+    assert "int arbiter_run(const float* const* in, float* out, float* work)" in text
+    assert "#pragma omp simd reduction(+:row_sq)" in text
+    assert "static inline float prologue(float x)" in text
+
+
+def test_attention_is_declined_with_a_reason(lane):
+    region = AttentionRegion(1, 1, 16, 16)
+    assert lane.applies_to(region)
+    with pytest.raises(EmitError):
+        lane.emit(region, lane.space(region).default)
