@@ -6,7 +6,8 @@
  *   static const long long arb_output_elems;
  *   static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream);
  * arb_launch enqueues the kernel(s) on `stream` without synchronizing and returns
- * hipGetLastError() (or the first failing call's code).
+ * hipGetLastError() (or the first failing call's code). Optionally, ARB_RELEASE_HOOK names a
+ * `void f(void)` that arbiter_release calls to free what arb_launch allocated (a workspace).
  *
  * Every exported function returns 0 on success, else non-zero with a message available from
  * arbiter_last_error(). Every runtime call and every launch is checked. */
@@ -78,6 +79,9 @@ void arbiter_release(void) {
     if (arb_stream) (void)hipStreamDestroy(arb_stream);
     arb_stream = NULL;
     arb_n_sets = 0;
+#ifdef ARB_RELEASE_HOOK
+    ARB_RELEASE_HOOK(); /* a lane's own device allocations (workspace), freed with the rest */
+#endif
 }
 
 /* Allocate n_sets copies of every input (host_inputs[set * ARB_N_INPUTS + i]) and one output

@@ -1,0 +1,169 @@
+"""HIP-dialect source for the wmma_gemm lane: constants + generated prologue/epilogue/reduction
++ gemm_kernel.hip + runner ABI.
+
+The GEMM text lives beside this module (`gemm_kernel.hip`). emit writes the header comment,
+the compile-time constants of one (region, config), and the per-region device functions: the
+prologue and epilogue use `lanes._scalar_body.pointwise` and the row reduction its
+`row_program`, so the math is the one shared definition every lane renders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arbiter._errors import EmitError
+from arbiter._inputs import input_shapes
+from arbiter._ops import Epilogue
+from arbiter._region import FusedRegion, Region
+from arbiter._values import Config, KernelSource, Platform
+
+from .._scalar_body import Loop, Scalar, accumulator_init, pointwise, row_program
+
+__all__ = ["LANE", "ROW_WARPS", "emit", "smem_bytes"]
+
+LANE = "wmma_gemm"
+ROW_WARPS = 8  # rows (one warp each) per block of the row-reduction kernel
+_KERNEL = Path(__file__).with_name("gemm_kernel.hip")
+
+
+def smem_bytes(config: Config | dict) -> int:
+    """Dynamic shared memory of one GEMM block; mirrors LDA_S / LDB_S in gemm_kernel.hip."""
+    bm, bn, bk = int(config["block_m"]), int(config["block_n"]), int(config["block_k"])
+    return int(config["stages"]) * (bm * (bk + 8) + bk * (bn + 8)) * 2
+
+
+def _prologue(region: FusedRegion) -> list[str]:
+    body = [f"    v = {pointwise(op, 'v')};" for op in region.prologue]
+    return [
+        "__device__ __forceinline__ float arb_prologue(float v) {",
+        *body,
+        "    return v;",
+        "}",
+    ]
+
+
+def _epilogue(region: FusedRegion) -> list[str]:
+    body = []
+    for op in region.epilogue:
+        if op is Epilogue.BIAS:
+            body.append("    v = v + bias[c];")
+        else:
+            body.append(f"    v = {pointwise(op, 'v')};")
+    if region.residual:
+        body.append("    v = v + res[(size_t)r * GEMM_N + c];")
+    return [
+        "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
+        "                                              const float* __restrict__ bias,",
+        "                                              const float* __restrict__ res) {",
+        "    (void)r; (void)c; (void)bias; (void)res;",
+        *body,
+        "    return v;",
+        "}",
+    ]
+
+
+def _row_reduce(region: FusedRegion) -> list[str]:
+    """Second phase: one warp per output row runs the shared row program in place."""
+    assert region.reduction is not None
+    prog = row_program((), False, region.reduction, region.eps)
+    lines = [
+        "constexpr int ROW_WARPS = %d;" % ROW_WARPS,
+        "__global__ void __launch_bounds__(ROW_WARPS * 32) row_reduce_kernel(float* out) {",
+        "    constexpr int N = GEMM_N;",
+        "    const int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32;",
+        "    const int lane = threadIdx.x & 31;",
+        "    if (row >= GEMM_M) return;",
+        "    const float* src = out + (size_t)row * N;",
+        "    float* dst = out + (size_t)row * N;",
+        "    (void)src;",
+    ]
+    lines += [f"    float {name} = {accumulator_init(kind)};" for name, kind in prog.accumulators]
+    for step in prog.steps:
+        if isinstance(step, Loop):
+            lines.append("    for (int j = lane; j < N; j += 32) {")
+            lines += [f"        {s}" for s in step.body]
+            lines.append("    }")
+            for name, kind in step.reduce:
+                lines.append(f"    {name} = arb_warp_{kind}({name});")
+        elif isinstance(step, Scalar):
+            lines += [f"    {s}" for s in step.body]
+    lines.append("}")
+    return lines
+
+
+def _check(region: Region, config: Config) -> FusedRegion:
+    if not isinstance(region, FusedRegion):
+        raise EmitError(f"{LANE}: only matmul-rooted (fused) regions, got {region.kind}")
+    if config["precision"] not in ("f16", "bf16"):
+        raise EmitError(f"{LANE}: precision {config['precision']!r} not f16/bf16")
+    if config["staging"] not in ("inline", "prepass"):
+        raise EmitError(f"{LANE}: staging {config['staging']!r} not inline/prepass")
+    bm, bn, wm, wn = (int(config[k]) for k in ("block_m", "block_n", "warp_m", "warp_n"))
+    if bm % wm or bn % wn or int(config["threads"]) != 32 * (bm // wm) * (bn // wn):
+        raise EmitError(f"{LANE}: threads must be 32 * (block_m/warp_m) * (block_n/warp_n)")
+    return region
+
+
+def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
+    r = _check(region, config)
+    bf16 = config["precision"] == "bf16"
+    prepass = config["staging"] == "prepass"
+    smem = smem_bytes(config)
+    shapes = input_shapes(r)
+    consts = {
+        "GEMM_M": r.M,
+        "GEMM_N": r.N,
+        "GEMM_K": r.K,
+        "GEMM_BM": int(config["block_m"]),
+        "GEMM_BN": int(config["block_n"]),
+        "GEMM_BK": int(config["block_k"]),
+        "GEMM_WM": int(config["warp_m"]),
+        "GEMM_WN": int(config["warp_n"]),
+        "GEMM_THREADS": int(config["threads"]),
+        "GEMM_STAGES": int(config["stages"]),
+        "GEMM_GROUP_M": int(config["group_m"]),
+        "GEMM_PREPASS": int(prepass),
+        "GEMM_SMEM_BYTES": smem,
+        "HAS_BIAS": int(r.has_bias),
+        "HAS_RES": int(r.residual),
+        "HAS_REDUCTION": int(r.reduction is not None),
+        "VEC_A": int(r.K % 4 == 0),  # rows of A start 16-byte aligned: float4 loads
+        "VEC_B": int(r.N % 4 == 0),
+    }
+    lines = [
+        f"/* arbiter lane {LANE}: generated, do not edit.",
+        f" * region key: {r.key}",
+        f" * region:     {r.describe()} eps={r.eps!r}",
+        f" * config:     {config}",
+        f" * target:     {platform.value}; shared memory {smem} bytes per block",
+        " * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
+        "kernel.cu -o kernel.so",
+        " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
+        "kernel.hip -o kernel.so",
+        " */",
+    ]
+    if bf16:
+        lines.append("#define ARB_FRAG_BF16 1")
+    lines.append('#include "arb_frag.h"')
+    lines += [f"#define {k} {v}" for k, v in consts.items()]
+    lines.append("")
+    lines.append(f"#define ARB_N_INPUTS {len(shapes)}  /* {', '.join(shapes)} */")
+    elems = ", ".join(str(_prod(s)) for s in shapes.values())
+    lines.append(f"static const long long arb_input_elems[ARB_N_INPUTS] = {{{elems}}};")
+    lines.append(f"static const long long arb_output_elems = {r.M * r.N};")
+    lines.append("")
+    lines += _prologue(r)
+    lines.append("")
+    lines += _epilogue(r)
+    if r.reduction is not None:
+        lines.append("")
+        lines += _row_reduce(r)
+    text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
+    return KernelSource(LANE, r.key, config, "hip", text)
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

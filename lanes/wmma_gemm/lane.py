@@ -1,0 +1,133 @@
+"""The wmma_gemm lane: a tiled tensor-core GEMM (gfx11 WMMA / NVIDIA mma.sync) with the
+region's prologue applied on load of A and its epilogue fused on the accumulators."""
+
+from __future__ import annotations
+
+from arbiter._region import FusedRegion, Region
+from arbiter._values import (
+    Artifact,
+    Availability,
+    Config,
+    KernelSource,
+    Platform,
+    Rule,
+    Space,
+    Tunable,
+)
+
+from .._gpu import build as _build
+from .._gpu import detect as _detect
+from .._gpu.runner import GpuRunner
+from .emit import LANE, smem_bytes
+from .emit import emit as _emit
+
+__all__ = ["WmmaGemmLane", "lane"]
+
+# Dynamic shared memory one block may ask for: gfx11 gives a workgroup 64 KiB of the WGP's
+# 128 KiB LDS; an sm_90 block may opt in to 227 KiB.
+SMEM_LIMIT = {Platform.ROCM: 64 * 1024, Platform.CUDA: 227 * 1024}
+# 32-bit registers one block may hold (64K on both an sm_90 SM and a gfx11 WGP's wave32 SIMDs
+# at one block per unit); the estimate per thread is accumulators + fragments and addresses.
+REGISTER_FILE = 65536
+# Per-thread estimate allowed: sm_90 has 255 (an estimate of 248 spilled 8 bytes); gfx11 has
+# 256 VGPRs per wave32 lane, but past ~200 of our estimate it spilled (64x64 prepass: 72).
+THREAD_REGS = {Platform.ROCM: 200, Platform.CUDA: 240}
+PREFETCH_LIMIT = 64  # f32 values an inline-staging thread holds for the next K tile
+
+
+def _up_to(choices: tuple[int, ...], extent: int, floor: int) -> tuple[int, ...]:
+    """Choices no larger than the smallest power of two covering `extent` (at least `floor`):
+    a 256-row tile for a 17-row matrix computes 239 rows of padding."""
+    cap = max(floor, 1 << max(0, extent - 1).bit_length())
+    return tuple(c for c in choices if c <= cap) or (min(choices),)
+
+
+def _regs_per_thread(v, platform: Platform) -> int:
+    """Estimate: accumulators + one k-step of fragments + prefetched floats + ~40 for addresses.
+
+    A gfx11 A/B fragment takes 8 VGPRs (lanes 16-31 duplicate 0-15); an NVIDIA one 4."""
+    per_frag = 8 if platform is Platform.ROCM else 4
+    regs = v["warp_m"] * v["warp_n"] // 32 + (v["warp_m"] + v["warp_n"]) // 16 * per_frag + 40
+    if v["staging"] == "inline":
+        regs += (v["block_m"] + v["block_n"]) * v["block_k"] // v["threads"]
+    return regs
+
+
+class WmmaGemmLane:
+    name = LANE
+    precisions = ("f16", "bf16")
+    version = "1"
+
+    @property
+    def platform(self) -> Platform:
+        return _detect.gpu_platform()
+
+    def available(self) -> Availability:
+        ok, why = _detect.platform_report()
+        return Availability(ok, why)
+
+    def applies_to(self, region: Region) -> str | None:
+        if not isinstance(region, FusedRegion):
+            return "wmma_gemm computes matmul-rooted (fused) regions only"
+        return None
+
+    def space(self, region: Region) -> Space:
+        platform = self.platform
+        limit = SMEM_LIMIT[platform]
+        m = region.M if isinstance(region, FusedRegion) else 128
+        n = region.N if isinstance(region, FusedRegion) else 128
+        k = region.K if isinstance(region, FusedRegion) else 64
+        bms = _up_to((32, 64, 128, 256), m, 32)
+        bns = _up_to((32, 64, 128, 256), n, 32)
+        bks = _up_to((16, 32, 64), k, 16)
+        bm, bn = min(64, max(bms)), min(64, max(bns))
+        wm, wn = min(32, bm), min(32, bn)
+        tunables = (
+            Tunable("precision", self.precisions, "f16"),
+            Tunable("staging", ("inline", "prepass"), "inline"),
+            Tunable("block_m", bms, bm),
+            Tunable("block_n", bns, bn),
+            Tunable("block_k", bks, min(32, max(bks))),
+            Tunable("warp_m", (16, 32, 64), wm),
+            Tunable("warp_n", (16, 32, 64), wn),
+            Tunable("threads", (32, 64, 128, 256, 512), 32 * (bm // wm) * (bn // wn)),
+            Tunable("stages", (1, 2, 3, 4), 2),
+            Tunable("group_m", (1, 8), 8),
+        )
+        rules = (
+            Rule("warp_m must divide block_m and warp_n must divide block_n",
+                 lambda v: v["block_m"] % v["warp_m"] == 0 and v["block_n"] % v["warp_n"] == 0),
+            Rule("threads must be 32 * (block_m/warp_m) * (block_n/warp_n): one warp per warp tile",
+                 lambda v: v["threads"]
+                 == 32 * (v["block_m"] // v["warp_m"]) * (v["block_n"] // v["warp_n"])),
+            Rule("staging=inline uses 1 or 2 shared-memory stages (registers prefetch the next "
+                 "tile); staging=prepass streams 2 to 4 stages of async copies",
+                 lambda v: v["stages"] <= 2 if v["staging"] == "inline" else v["stages"] >= 2),
+            Rule(f"inline staging prefetches (block_m + block_n) * block_k / threads floats per "
+                 f"thread: at most {PREFETCH_LIMIT}",
+                 lambda v: v["staging"] != "inline"
+                 or (v["block_m"] + v["block_n"]) * v["block_k"] // v["threads"]
+                 <= PREFETCH_LIMIT),
+            Rule(f"stages * (block_m*(block_k+8) + block_k*(block_n+8)) * 2 bytes of shared "
+                 f"memory must fit {limit // 1024} KiB",
+                 lambda v: smem_bytes(v) <= limit),
+            Rule(f"threads * registers per thread (accumulators + fragments + prefetch + 40) "
+                 f"must fit {REGISTER_FILE}",
+                 lambda v: v["threads"] * _regs_per_thread(v, platform) <= REGISTER_FILE),
+            Rule(f"registers per thread (accumulators + fragments + prefetch + 40) at most "
+                 f"{THREAD_REGS[platform]}: more spills to scratch / local memory",
+                 lambda v: _regs_per_thread(v, platform) <= THREAD_REGS[platform]),
+        )
+        return Space(tunables, rules)
+
+    def emit(self, region: Region, config: Config) -> KernelSource:
+        return _emit(region, config, self.platform)
+
+    def build(self, source: KernelSource) -> Artifact:
+        return _build.gpu_build(self, source, self.platform)
+
+    def runner(self, artifact: Artifact, region: Region) -> GpuRunner:
+        return GpuRunner(artifact, region, self.platform)
+
+
+lane = WmmaGemmLane()
