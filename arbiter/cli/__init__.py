@@ -19,6 +19,7 @@ COMMANDS = {
     "lanes": ("lanes", "list lanes, their platform and whether they can run here"),
     "check": ("check", "check every available lane's default config against the oracle"),
     "run": ("run", "run one region on arrays from an .npz file"),
+    "report": ("report", "write latency figures (PNG) and an HTML/Markdown report"),
     "tune": ("tune", "search lanes and configs for every region and record the winners"),
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),

@@ -1,0 +1,42 @@
+"""`arbiter report`: figures as PNG plus one HTML or Markdown page with the winners table."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._settings import settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, help="database URL (default: ARBITER_DB or "
+                   "sqlite:///arbiter.db)")
+    p.add_argument("--out", default="arbiter-report", help="folder to write into "
+                   "(default: ./arbiter-report)")
+    p.add_argument("--format", choices=("html", "md"), default="html", help="page format")
+    p.add_argument("--reference", default=None, metavar="MODEL",
+                   help="draw a named machine's published peaks on the roofline (gfx1151)")
+    p.add_argument("--no-measure", action="store_true",
+                   help="do not measure this machine's ceilings when its records lack them")
+
+
+def main(args: argparse.Namespace) -> int:
+    from .._errors import ArbiterError
+    from ..report._work import REFERENCE_MODELS
+
+    url = args.db or settings().db
+    if args.reference is not None and args.reference not in REFERENCE_MODELS:
+        raise ArbiterError(f"unknown reference model {args.reference!r} "
+                           f"(known: {', '.join(sorted(REFERENCE_MODELS))})")
+    from ..report import ensure_ceilings, open_records, write_report
+
+    open_records(url)
+    if not args.no_measure:
+        measured = ensure_ceilings(url)
+        if measured:
+            print(f"measured this machine's ceilings: {', '.join(measured)}")
+    written = write_report(url, args.out, fmt=args.format, reference=args.reference)
+    page = written.pop("page")
+    print(f"wrote {page}")
+    for path in written.values():
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,254 @@
+"""The records as pandas DataFrames: trials, winners, best per lane, per-region summaries.
+
+Latencies are milliseconds here (the store keeps seconds). Every function takes a database
+URL (SQLite or any SQLAlchemy URL) and reads through the store's one session helper.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import select
+from sqlalchemy.orm import aliased
+
+from .._errors import StoreError
+from .._store import (
+    CandidateModel,
+    EnvironmentModel,
+    LaneModel,
+    MeasurementModel,
+    RegionModel,
+    WinnerModel,
+    require_current,
+    session_scope,
+)
+from .._store.ceilings import CeilingModel
+from ._work import region_from_canonical, work
+
+__all__ = [
+    "TRIAL_COLUMNS",
+    "VENDOR_LANES",
+    "best_per_lane",
+    "ceilings",
+    "environment_label",
+    "open_records",
+    "summary",
+    "trials",
+    "winners",
+]
+
+# The library lanes a fused kernel has to beat, by platform: the eager chain a user would write.
+VENDOR_LANES = {"cpu": ("numpy",), "cuda": ("torch",), "rocm": ("torch",)}
+
+TRIAL_COLUMNS = [
+    "region", "region_key", "kind", "environment", "lane", "platform", "config", "precision",
+    "status", "latency_ms", "spread_ms", "rel_error", "max_abs", "budget", "timing_method",
+    "compile_s", "measurement", "trial", "measured_at", "fingerprint", "candidate_id",
+]
+
+
+def _is_vendor(lane: str, platform: str) -> bool:
+    return lane in VENDOR_LANES.get(platform, ())
+
+
+def environment_label(details: str | dict) -> str:
+    """A short human name: the GPU when one was present, else the CPU model."""
+    d = json.loads(details) if isinstance(details, str) else details
+    gpu = d.get("gpu") or {}
+    for name in ("rocm", "nvidia"):
+        if gpu.get(name):
+            return str(gpu[name][0]).split(",")[0].strip()
+    return str(d.get("cpu") or "unknown machine")
+
+
+def open_records(url: str) -> None:
+    """Refuse, in one clear line, a database that is missing, empty or at another schema."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise StoreError(f"no database at {path} (run `arbiter tune SPEC` first, "
+                             f"or pass --db / set ARBITER_DB)")
+    require_current(url, create=False)
+    with session_scope(url) as s:
+        if s.scalars(select(MeasurementModel.id).limit(1)).first() is None:
+            raise StoreError(f"database {url} holds no measurements yet "
+                             f"(run `arbiter tune SPEC --db {url}` first)")
+
+
+def _config_text(config: dict) -> str:
+    shown = {k: v for k, v in config.items() if k != "precision"}
+    return " ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "(default)"
+
+
+def _ms(seconds: float | None) -> float:
+    return float("nan") if seconds is None else seconds * 1e3
+
+
+def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd.DataFrame:
+    """One row per measurement (default: the search's own, one per candidate).
+
+    `trial` numbers the measurements of one (region, environment) in the order they were
+    recorded, from 1: the x axis of a convergence plot. `measurements=None` keeps the
+    finalists' re-timings and re-verifications too (column `measurement`).
+    """
+    q = (
+        select(MeasurementModel, CandidateModel, RegionModel, EnvironmentModel, LaneModel)
+        .join(CandidateModel, MeasurementModel.candidate_id == CandidateModel.id)
+        .join(RegionModel, CandidateModel.region_id == RegionModel.id)
+        .join(EnvironmentModel, CandidateModel.environment_id == EnvironmentModel.id)
+        .join(LaneModel, CandidateModel.lane_id == LaneModel.id)
+        .order_by(MeasurementModel.created_at, MeasurementModel.id)
+    )
+    if measurements is not None:
+        q = q.where(MeasurementModel.kind.in_(measurements))
+    rows = []
+    with session_scope(url) as s:
+        for m, c, r, e, lane in s.execute(q):
+            config = c.config_dict()
+            rows.append({
+                "region": r.name or r.key, "region_key": r.key, "kind": r.kind,
+                "environment": environment_label(e.details), "lane": lane.name,
+                "platform": lane.platform, "config": _config_text(config),
+                "precision": config.get("precision", "f32"), "status": m.status,
+                "latency_ms": _ms(m.median), "spread_ms": _ms(m.spread),
+                "rel_error": m.rel_error, "max_abs": m.max_abs, "budget": m.budget,
+                "timing_method": m.timing_method, "compile_s": m.compile_seconds,
+                "measurement": m.kind, "trial": 0, "measured_at": m.created_at,
+                "fingerprint": e.fingerprint, "candidate_id": c.id,
+            })
+    df = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+    df["rel_error"] = df["rel_error"].astype(float)
+    df["max_abs"] = df["max_abs"].astype(float)
+    df["trial"] = df.groupby(["region_key", "fingerprint"]).cumcount() + 1
+    return df
+
+
+WINNER_COLUMNS = [
+    "region", "region_key", "environment", "budget", "lane", "config", "precision",
+    "latency_ms", "spread_ms", "rel_error", "tie", "runner_up", "runner_up_config",
+    "margin_ms", "declared_at", "fingerprint", "candidate_id",
+]
+
+
+def winners(url: str) -> pd.DataFrame:
+    """Declared winners, one row per (region, environment, budget), newest first."""
+    runner = aliased(CandidateModel)
+    runner_lane = aliased(LaneModel)
+    q = (
+        select(WinnerModel, CandidateModel, LaneModel, RegionModel, EnvironmentModel,
+               runner, runner_lane)
+        .join(CandidateModel, WinnerModel.candidate_id == CandidateModel.id)
+        .join(LaneModel, CandidateModel.lane_id == LaneModel.id)
+        .join(RegionModel, WinnerModel.region_id == RegionModel.id)
+        .join(EnvironmentModel, WinnerModel.environment_id == EnvironmentModel.id)
+        .outerjoin(runner, WinnerModel.runner_up_id == runner.id)
+        .outerjoin(runner_lane, runner.lane_id == runner_lane.id)
+        .order_by(WinnerModel.created_at.desc(), WinnerModel.id.desc())
+    )
+    rows = []
+    with session_scope(url) as s:
+        for w, c, lane, r, e, ru, ru_lane in s.execute(q):
+            config = c.config_dict()
+            rows.append({
+                "region": r.name or r.key, "region_key": r.key,
+                "environment": environment_label(e.details), "budget": w.budget,
+                "lane": lane.name, "config": _config_text(config),
+                "precision": config.get("precision", "f32"),
+                "latency_ms": _ms(w.median), "spread_ms": _ms(w.spread),
+                "rel_error": w.rel_error, "tie": bool(w.tie),
+                "runner_up": ru_lane.name if ru_lane is not None else None,
+                "runner_up_config": _config_text(ru.config_dict()) if ru is not None else None,
+                "margin_ms": _ms(w.margin), "declared_at": w.created_at,
+                "fingerprint": e.fingerprint, "candidate_id": c.id,
+            })
+    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
+
+
+def best_per_lane(trial_frame: pd.DataFrame) -> pd.DataFrame:
+    """Each lane's fastest passing config per (region, environment)."""
+    ok = trial_frame[(trial_frame["status"] == "ok") & trial_frame["latency_ms"].notna()]
+    idx = ok.groupby(["region_key", "fingerprint", "lane"])["latency_ms"].idxmin()
+    best = ok.loc[idx].sort_values(["region", "environment", "latency_ms"])
+    best = best.assign(vendor=[_is_vendor(n, p) for n, p in zip(best["lane"], best["platform"])])
+    cols = ["region", "region_key", "environment", "fingerprint", "lane", "platform", "vendor",
+            "config", "precision", "latency_ms", "spread_ms", "rel_error", "budget",
+            "candidate_id"]
+    return best[cols].reset_index(drop=True)
+
+
+SUMMARY_COLUMNS = [
+    "region", "region_key", "kind", "environment", "trials", "ok", "lanes", "budget",
+    "winner", "platform", "winner_config", "winner_ms", "winner_rel_error", "declared", "tie",
+    "vendor", "vendor_ms", "speedup", "flops", "bytes", "gflops", "gbytes_s", "fingerprint",
+]
+
+
+def summary(url: str, trial_frame: pd.DataFrame | None = None,
+            winner_frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (region, environment): winner, vendor lane, speed-up, achieved rates.
+
+    Latencies are the search's own medians (one timing method on both sides of the speed-up).
+    `declared` is False when no winner was recorded yet: the fastest passing trial stands in.
+    """
+    t = trials(url) if trial_frame is None else trial_frame
+    w = winners(url) if winner_frame is None else winner_frame
+    best = best_per_lane(t)
+    with session_scope(url) as s:
+        canon = dict(s.execute(select(RegionModel.key, RegionModel.canonical)).all())
+    rows = []
+    for (key, fp), group in t.groupby(["region_key", "fingerprint"], sort=False):
+        lanes_best = best[(best["region_key"] == key) & (best["fingerprint"] == fp)]
+        declared = w[(w["region_key"] == key) & (w["fingerprint"] == fp)]
+        first = group.iloc[0]
+        row = {
+            "region": first["region"], "region_key": key, "kind": first["kind"],
+            "environment": first["environment"], "fingerprint": fp,
+            "trials": len(group), "ok": int((group["status"] == "ok").sum()),
+            "lanes": group["lane"].nunique(), "budget": group["budget"].iloc[-1],
+            "declared": not declared.empty, "tie": False,
+        }
+        win = None
+        if not declared.empty:
+            d = declared.iloc[0]  # newest declaration
+            row["tie"], row["budget"] = bool(d["tie"]), d["budget"]
+            sweep = group[group["candidate_id"] == d["candidate_id"]]
+            win = sweep.iloc[0] if not sweep.empty else None
+            row.update(winner=d["lane"], winner_config=d["config"],
+                       platform=win["platform"] if win is not None else None,
+                       winner_rel_error=d["rel_error"],
+                       winner_ms=win["latency_ms"] if win is not None else d["latency_ms"])
+        elif not lanes_best.empty:
+            win = lanes_best.iloc[0]
+            row.update(winner=win["lane"], winner_config=win["config"], platform=win["platform"],
+                       winner_ms=win["latency_ms"], winner_rel_error=win["rel_error"])
+        vendors = lanes_best[lanes_best["vendor"]]
+        if row.get("winner") is not None and not vendors.empty:
+            platform = win["platform"] if win is not None else None
+            same = vendors[vendors["platform"] == platform]
+            v = (same if not same.empty else vendors).iloc[0]
+            row.update(vendor=v["lane"], vendor_ms=v["latency_ms"])
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    df["speedup"] = df["vendor_ms"] / df["winner_ms"]
+    works = [work(region_from_canonical(canon[k])) for k in df["region_key"]]
+    df["flops"] = [x.flops for x in works]
+    df["bytes"] = [x.bytes for x in works]
+    seconds = df["winner_ms"] * 1e-3
+    df["gflops"] = (df["flops"] / seconds / 1e9).where(df["flops"] > 0)
+    df["gbytes_s"] = df["bytes"] / seconds / 1e9
+    return df.sort_values(["environment", "region"]).reset_index(drop=True)
+
+
+def ceilings(url: str) -> pd.DataFrame:
+    """Measured ceilings per environment (value in the stored unit: B/s or FLOP/s)."""
+    q = (select(CeilingModel, EnvironmentModel)
+         .join(EnvironmentModel, CeilingModel.environment_id == EnvironmentModel.id)
+         .order_by(EnvironmentModel.id, CeilingModel.name))
+    with session_scope(url) as s:
+        rows = [{"environment": environment_label(e.details), "fingerprint": e.fingerprint,
+                 "name": c.name, "value": c.value, "unit": c.unit, "method": c.method,
+                 "measured_at": c.measured_at} for c, e in s.execute(q)]
+    return pd.DataFrame(rows, columns=["environment", "fingerprint", "name", "value", "unit",
+                                       "method", "measured_at"])

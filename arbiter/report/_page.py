@@ -1,0 +1,160 @@
+"""`write_report`: every figure as PNG plus one HTML or Markdown page beside them.
+
+The page references the PNGs by relative name and carries its own CSS, so the output folder
+can be copied or zipped as a whole and opened anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from . import _figures as figs
+from ._frames import best_per_lane, ceilings, open_records, summary, trials, winners
+
+__all__ = ["FIGURES", "Report", "build_report", "write_report"]
+
+# file stem -> (caption, how to read it)
+FIGURES = {
+    "latency_by_lane": ("Best latency per lane",
+                        "Each panel is one region; bars are each lane's fastest passing config. "
+                        "The gold-outlined bar (★) is the declared winner; the dashed line is "
+                        "the vendor library lane."),
+    "speedup": ("Fused vs unfused",
+                "How much faster the winner is than the vendor lane's eager chain "
+                "(one library call per op). 1× means fusing bought nothing."),
+    "latency_vs_error": ("Latency vs error",
+                         "Every timed trial. Points left of the red budget line pass; the black "
+                         "step is the front a different budget would pick from without "
+                         "re-measuring."),
+    "convergence": ("Search convergence",
+                    "Best passing latency found so far against trial number. A long flat tail "
+                    "means the search had converged."),
+    "roofline": ("Roofline position",
+                 "Achieved FLOP/s and GB/s of each winner against this machine's measured "
+                 "copy bandwidth and matmul rate (and a named reference model's peaks)."),
+}
+
+WINNER_TABLE = {
+    "region": "region", "winner": "winner", "winner_config": "config",
+    "winner_ms": "latency (ms)", "winner_rel_error": "rel. error", "budget": "budget",
+    "vendor": "vendor lane", "vendor_ms": "vendor (ms)", "speedup": "speed-up (×)",
+    "gbytes_s": "GB/s", "gflops": "GFLOP/s", "trials": "trials", "environment": "environment",
+}
+
+
+@dataclass
+class Report:
+    url: str
+    trials: pd.DataFrame
+    winners: pd.DataFrame
+    best: pd.DataFrame
+    summary: pd.DataFrame
+    ceilings: pd.DataFrame
+    figures: dict = field(default_factory=dict)
+
+
+def build_report(url: str, *, reference: str | None = None) -> Report:
+    """Read the records and draw every figure (nothing written)."""
+    open_records(url)
+    t = trials(url)
+    w = winners(url)
+    s = summary(url, t, w)
+    c = ceilings(url)
+    best = best_per_lane(t)
+    rep = Report(url, t, w, best, s, c)
+    rep.figures = {
+        "latency_by_lane": figs.latency_by_lane(best, s),
+        "speedup": figs.speedup(s),
+        "latency_vs_error": figs.latency_vs_error(t, s),
+        "convergence": figs.convergence(t, s),
+        "roofline": figs.roofline(s, c, reference=reference),
+    }
+    return rep
+
+
+def winner_table(summary_frame: pd.DataFrame) -> pd.DataFrame:
+    """The page's table: readable column names, rounded numbers."""
+    t = summary_frame[list(WINNER_TABLE)].rename(columns=WINNER_TABLE)
+    if summary_frame["environment"].nunique() <= 1:
+        t = t.drop(columns="environment")
+    return t
+
+
+def _fmt(v: object) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e4 else f"{v:.3f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    head = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |"
+            for row in table.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+                   for row in table.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;
+color:#222}table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;
+padding:4px 8px;text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{
+text-align:left}img{max-width:100%;border:1px solid #eee}p.how{color:#555;max-width:60em}"""
+
+
+def _overview(rep: Report) -> list[str]:
+    s, t = rep.summary, rep.trials
+    envs = ", ".join(sorted(s["environment"].unique()))
+    return [f"{len(s)} regions, {len(t)} trials ({int((t['status'] == 'ok').sum())} passed), "
+            f"lanes: {', '.join(sorted(t['lane'].unique()))}",
+            f"machine: {envs}",
+            f"records: {rep.url} (report written {datetime.now():%Y-%m-%d %H:%M})"]
+
+
+def write_report(url: str, out_dir: str | Path, *, fmt: str = "html",
+                 reference: str | None = None, dpi: int = 110) -> dict[str, Path]:
+    """Write `<stem>.png` for every figure and `report.html` / `report.md`; returns the paths."""
+    if fmt not in ("html", "md"):
+        raise ValueError(f"format must be html or md, got {fmt!r}")
+    rep = build_report(url, reference=reference)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for stem, fig in rep.figures.items():
+        path = out / f"{stem}.png"
+        fig.savefig(path, dpi=dpi)
+        written[stem] = path
+    table = winner_table(rep.summary)
+    if fmt == "md":
+        parts = ["# Arbiter latency report", "", *(f"- {line}" for line in _overview(rep)),
+                 "", "## Winners", "", _markdown(table), ""]
+        for stem, (caption, how) in FIGURES.items():
+            parts += [f"## {caption}", "", how, "", f"![{caption}]({stem}.png)", ""]
+        page = out / "report.md"
+        page.write_text("\n".join(parts))
+    else:
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
+                 f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
+                 "<h1>Arbiter latency report</h1><ul>",
+                 *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
+                 "</ul><h2>Winners</h2>", _html_table(table)]
+        for stem, (caption, how) in FIGURES.items():
+            parts += [f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
+                      f"<img src='{stem}.png' alt='{html.escape(caption)}'>"]
+        parts.append("</body></html>")
+        page = out / "report.html"
+        page.write_text("\n".join(parts))
+    written["page"] = page
+    return written
