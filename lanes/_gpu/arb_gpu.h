@@ -96,7 +96,14 @@ __device__ __forceinline__ float arb_rsqrt(float x) { return rsqrtf(x); }
 #else
 __device__ __forceinline__ float arb_exp(float x) { return __builtin_expf(x); }
 __device__ __forceinline__ float arb_tanh(float x) {
+    /* |x| < 0.625: odd minimax polynomial (Cephes tanhf, as the C prelude), since
+     * 1 - 2/(e^2x + 1) loses relative accuracy to cancellation near zero. */
     const float a = __builtin_fabsf(x);
+    if (a < 0.625f) {
+        const float z = x * x;
+        return ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                 + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    }
     const float t = 1.0f - 2.0f / (__builtin_expf(2.0f * a) + 1.0f);
     return __builtin_copysignf(t, x);
 }

@@ -1,0 +1,189 @@
+"""torch as a GPU lane: cuBLAS / hipBLASLt matmul, eager float32 epilogue, SDPA for attention.
+
+A candidate like any other, so a GPU winner is never slower than the library. torch is an
+optional extra (`pip install arbiter-tune[gpu]`); without it, or without a GPU, the lane says so.
+Inputs are placed on the device once per timing call; samples come from torch.cuda.Event
+pairs around each call (HIP builds of torch map them to hip events).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from arbiter._inputs import input_shapes, validate_inputs, validate_output
+from arbiter._ops import Epilogue, Reduction
+from arbiter._region import AttentionRegion, FusedRegion, Region
+from arbiter._values import Artifact, Availability, Config, KernelSource, Platform, Space, Tunable
+
+from .._gpu.detect import gpu_platform
+
+__all__ = ["TorchLane", "lane"]
+
+
+@lru_cache(maxsize=1)
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+@lru_cache(maxsize=1)
+def _probe() -> tuple[bool, str, Platform | None]:
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch not installed (optional extra: pip install arbiter-tune[gpu])", None
+    try:
+        torch = _torch()
+    except Exception as e:  # a broken install is a reason, not a crash
+        return False, f"torch failed to import: {type(e).__name__}: {e}", None
+    platform = Platform.ROCM if getattr(torch.version, "hip", None) else Platform.CUDA
+    if not torch.cuda.is_available():
+        build = "ROCm" if platform is Platform.ROCM else (
+            f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only")
+        return False, f"torch {torch.__version__} ({build} build) found, no usable GPU", platform
+    name = torch.cuda.get_device_name(0)
+    lib = "hipBLASLt/MIOpen" if platform is Platform.ROCM else "cuBLAS"
+    return True, f"torch {torch.__version__}, {name} ({lib}, SDPA)", platform
+
+
+def _pointwise(torch: Any) -> dict[str, Any]:
+    f = torch.nn.functional
+    return {
+        "relu": torch.relu,
+        "gelu": lambda x: f.gelu(x, approximate="tanh"),
+        "silu": f.silu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+    }
+
+
+def _compute(region: Region, a: Mapping[str, Any], tf32: bool) -> Any:
+    torch = _torch()
+    f = torch.nn.functional
+    if isinstance(region, AttentionRegion):
+        return _attention(region, a["q"], a["k"], a["v"])
+    pw = _pointwise(torch)
+    if isinstance(region, FusedRegion):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        x = a["A"]
+        for op in region.prologue:
+            x = pw[op.value](x)
+        x = torch.matmul(x, a["B"])
+    else:
+        x = a["X"]
+    for op in region.epilogue:
+        x = x + a["bias"] if op is Epilogue.BIAS else pw[op.value](x)
+    if region.residual:
+        x = x + a["residual"]
+    if region.reduction is Reduction.SOFTMAX:
+        x = torch.softmax(x, dim=-1)
+    elif region.reduction is Reduction.RMSNORM:
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + region.eps)
+    elif region.reduction is Reduction.LAYER_NORM:
+        x = f.layer_norm(x, (region.N,), eps=region.eps)
+    return x
+
+
+def _attention(region: AttentionRegion, q: Any, k: Any, v: Any) -> Any:
+    torch = _torch()
+    f = torch.nn.functional
+    sdpa = f.scaled_dot_product_attention
+    if not region.causal:
+        return sdpa(q, k, v, scale=region.scale)
+    if region.seq_q == region.seq_k:
+        return sdpa(q, k, v, is_causal=True, scale=region.scale)
+    # Bottom-right aligned mask (SDPA's is_causal is top-left); rows that see no key -> 0.
+    i = torch.arange(region.seq_q, device=q.device)[:, None]
+    j = torch.arange(region.seq_k, device=q.device)[None, :]
+    mask = j <= i + (region.seq_k - region.seq_q)
+    return torch.nan_to_num(sdpa(q, k, v, attn_mask=mask, scale=region.scale), nan=0.0)
+
+
+class _Runner:
+    timing_method = "torch_cuda_events"
+
+    def __init__(self, region: Region, tf32: bool) -> None:
+        self.region = region
+        self.tf32 = tf32
+        self.device = _torch().device("cuda")
+
+    def _place(self, arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        torch = _torch()
+        a = validate_inputs(self.region, arrays)
+        return {n: torch.from_numpy(a[n]).to(self.device) for n in input_shapes(self.region)}
+
+    def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
+        validate_output(self.region, out)
+        dev = self._place(inputs)
+        try:
+            y = _compute(self.region, dev, self.tf32).float().contiguous()
+            np.copyto(out, y.cpu().numpy())
+        except Exception as e:
+            raise RuntimeError(f"torch: {type(e).__name__}: {e}") from e
+
+    def time(
+        self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
+    ) -> list[float]:
+        if not input_sets or repeats < 1 or warmup < 0:
+            raise ValueError("need at least one input set and one repeat")
+        torch = _torch()
+        sets = [self._place(s) for s in input_sets]
+        try:
+            for i in range(warmup):
+                _compute(self.region, sets[i % len(sets)], self.tf32)
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
+            events[0].record()
+            for r in range(repeats):
+                _compute(self.region, sets[(warmup + r) % len(sets)], self.tf32)
+                events[r + 1].record()
+            events[-1].synchronize()
+            return [events[r].elapsed_time(events[r + 1]) * 1e-3 for r in range(repeats)]
+        except Exception as e:
+            raise RuntimeError(f"torch: {type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        pass
+
+
+class TorchLane:
+    name = "torch"
+    precisions = ("f32", "tf32")
+    version = "1"
+
+    @property
+    def platform(self) -> Platform:
+        found = _probe()[2]
+        return found if found is not None else gpu_platform()
+
+    def available(self) -> Availability:
+        ok, why, _ = _probe()
+        return Availability(ok, why)
+
+    def applies_to(self, region: Region) -> str | None:
+        return None
+
+    def space(self, region: Region) -> Space:
+        if isinstance(region, FusedRegion):
+            # TF32 tensor-core matmul: ~3e-4 relative error on unit-variance data, inside the
+            # default budget; the search decides whether it is worth it.
+            return Space((Tunable("tf32", (False, True), False),))
+        return Space()
+
+    def emit(self, region: Region, config: Config) -> KernelSource:
+        tf32 = bool(config.get("tf32", False))
+        text = f"# torch eager float32 (tf32={tf32}): {region.describe()}\n"
+        return KernelSource(self.name, region.key, config, "python", text)
+
+    def build(self, source: KernelSource) -> Artifact:
+        version = _torch().__version__ if _probe()[0] else "absent"
+        return Artifact(self.name, f"torch-{version}-{source.config.key}", source, None, 0.0, True)
+
+    def runner(self, artifact: Artifact, region: Region) -> _Runner:
+        return _Runner(region, bool(artifact.source.config.get("tf32", False)))
+
+
+lane = TorchLane()

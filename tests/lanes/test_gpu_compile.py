@@ -1,0 +1,150 @@
+"""Compile gate (no GPU needed): every hip_scalar variant for the example regions becomes real
+gfx1151 ISA with Debian's clang++-19 and PTX for sm_90 with nvcc, without register spills."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from arbiter.lanes._gpu.build import device_asm, isa_resources
+from arbiter.lanes._gpu.detect import toolchain
+from arbiter.lanes.hip_scalar import lane
+
+from arbiter import RowwiseRegion
+from arbiter._spec import load_spec
+from arbiter._values import Platform
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
+WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+# Rowwise regions with each reduction, so every row-kernel kind (thread/warp/block spread,
+# global/regs cache, scalar/float4, max and sum all-reduces) is compiled, not only the example's
+# pointwise chain.
+EXTRA_ROWWISE = (
+    RowwiseRegion(64, 4096, name="gate_softmax", epilogue=("bias",), reduction="softmax"),
+    RowwiseRegion(64, 1000, name="gate_layer_norm", residual=True, reduction="layer_norm"),
+    RowwiseRegion(64, 301, name="gate_rmsnorm", epilogue=("silu",), reduction="rmsnorm"),
+)
+
+
+def _gemm_weight(config) -> int:
+    bm, _, bn = str(config["tile"]).partition("x")
+    tm, _, tn = str(config["micro"]).partition("x")
+    threads = (int(bm) // int(tm)) * (int(bn) // int(tn))
+    return int(tm) * int(tn) + (int(bm) + int(bn)) * int(config["bk"]) // threads
+
+
+def _row_weight(region, config) -> int:
+    from arbiter.lanes.hip_scalar.emit import items_per_thread
+
+    return items_per_thread(region.N, config["threads"], config["vec"]) * config["rows"] ** 0
+
+
+def _variants():
+    """(region, config) pairs to compile.
+
+    ARBITER_GATE_FULL=1: every config of every region's space. Default (fast, CI): every
+    variant kind with its heaviest config (most registers, so the spill check bites where it
+    can): each fused example region once, the GEMM configs heaviest-first, extended until every
+    tile, micro-tile and bk value appears; for rowwise regions, per (strategy, cache, vec) kind
+    the config holding the most row values per thread.
+    """
+    full = os.environ.get("ARBITER_GATE_FULL") == "1"
+    regions = [r for r in load_spec(EXAMPLES) if lane.applies_to(r) is None]
+    fused = [r for r in regions if not isinstance(r, RowwiseRegion)]
+    rowwise = [r for r in regions if isinstance(r, RowwiseRegion)] + list(EXTRA_ROWWISE)
+    out = []
+    if full:
+        for r in regions + list(EXTRA_ROWWISE):
+            out += [(r, c) for c in lane.space(r).configs()]
+        return out
+    if fused:
+        configs = sorted(lane.space(fused[0]).configs(), key=_gemm_weight, reverse=True)
+        chosen = []
+        for c in configs:
+            new = any(all(c[k] != o[k] for o in chosen) for k in ("tile", "micro", "bk"))
+            if len(chosen) < len(fused) or new:
+                chosen.append(c)
+        for i in range(max(len(chosen), len(fused))):
+            out.append((fused[i % len(fused)], chosen[i % len(chosen)]))
+    for r in rowwise:
+        best = {}
+        for c in lane.space(r).configs():
+            kind = (c["strategy"], c["cache"], c["vec"])
+            if kind not in best or _row_weight(r, c) > _row_weight(r, best[kind]):
+                best[kind] = c
+        out += [(r, c) for c in best.values()]
+    return out
+
+
+VARIANTS = _variants()
+
+
+def _compile_all(platform: Platform) -> list[tuple[str, str, str]]:
+    def one(item):
+        region, config = item
+        text = lane.emit(region, config).text
+        return region.name, str(config), device_asm(text, platform)
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(one, VARIANTS))
+
+
+@pytest.fixture(scope="module")
+def gfx_isa():
+    if toolchain().clang is None:
+        pytest.skip("no clang++-19 / clang++ on PATH (apt install clang-19 lld-19 libamdhip64-dev)")
+    return _compile_all(Platform.ROCM)
+
+
+def test_variants_cover_every_kind():
+    kinds = {(c.get("strategy"), c.get("cache"), c.get("vec")) for _, c in VARIANTS
+             if c.get("strategy")}
+    for strategy in ("thread", "warp", "block"):
+        assert any(k[0] == strategy for k in kinds), strategy
+    assert ("block", "regs", 4) in kinds and ("block", "global", 1) in kinds
+    gemm = [c for _, c in VARIANTS if c.get("tile")]
+    space = lane.space(load_spec(EXAMPLES).get("mm_relu"))
+    for t in space.tunables:
+        assert {c[t.name] for c in gemm} >= set(t.choices) - _unreachable(space, t.name), t.name
+
+
+def _unreachable(space, name):
+    valid = {c[name] for c in space.configs()}
+    return {v for t in space.tunables if t.name == name for v in t.choices} - valid
+
+
+def test_every_variant_compiles_to_gfx1151(gfx_isa):
+    assert len(gfx_isa) == len(VARIANTS)
+    for name, config, asm in gfx_isa:
+        assert ".amdgcn_target \"amdgcn-amd-amdhsa--gfx1151" in asm, (name, config)
+        kernels = isa_resources(asm)
+        assert any("row_kernel" in k or "gemm_kernel" in k for k in kernels), (name, config)
+
+
+def test_no_spills_or_scratch(gfx_isa):
+    bad = []
+    for name, config, asm in gfx_isa:
+        for kernel, res in isa_resources(asm).items():
+            if res.get("scratch", 0) or res.get("vgpr_spills", 0) or res.get("sgpr_spills", 0):
+                bad.append(f"{name} [{config}] {kernel}: {res}")
+    assert not bad, "register spills / scratch:\n" + "\n".join(bad)
+
+
+def test_resources_are_read():
+    if toolchain().clang is None:
+        pytest.skip("no clang++-19 / clang++ on PATH")
+    region, config = VARIANTS[0]
+    res = isa_resources(device_asm(lane.emit(region, config).text, Platform.ROCM))
+    gemm = next(v for k, v in res.items() if "gemm_kernel" in k)
+    assert gemm["vgprs"] > 0 and gemm["lds"] > 0 and gemm["occupancy"] > 0
+
+
+def test_every_variant_compiles_to_ptx():
+    if toolchain().nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    for name, config, ptx in _compile_all(Platform.CUDA):
+        assert ".target sm_90" in ptx, (name, config)
+        assert ".entry" in ptx, (name, config)
