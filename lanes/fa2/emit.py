@@ -1,0 +1,85 @@
+"""HIP-dialect source for the FlashAttention-2 lane: constants + fa2_kernel.hip + runner ABI.
+
+The kernel text lives beside this module (`fa2_kernel.hip`); emit only writes the header
+comment and the compile-time constants of one (region, config), so a failing trial can be
+rebuilt by hand from the printed source.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from arbiter._errors import EmitError
+from arbiter._region import AttentionRegion, Region
+from arbiter._values import Config, KernelSource, Platform
+
+__all__ = ["HEAD_DIMS", "LANE", "emit", "smem_bytes"]
+
+LANE = "fa2"
+HEAD_DIMS = (32, 64, 128)
+_KERNEL = Path(__file__).with_name("fa2_kernel.hip")
+
+
+def smem_bytes(platform: Platform, head_dim: int, config: Config | dict) -> int:
+    """Dynamic shared memory of one block: K/V stages (+ per-warp P scratch on gfx11).
+
+    Mirrors the FA2_*_HALVES macros of fa2_kernel.hip: rows padded by 8 halves (16 bytes).
+    """
+    bk, stages, warps = int(config["block_k"]), int(config["stages"]), int(config["warps"])
+    ldk = head_dim + 8
+    if platform is Platform.CUDA:
+        halves = stages * 2 * bk * ldk
+    else:  # V stored transposed, plus per warp a 16 x (bk + 8) P scratch and its 16 Q rows
+        halves = stages * (bk * ldk + head_dim * (bk + 8)) + warps * 16 * (bk + 8 + ldk)
+    return 2 * halves
+
+
+def _check(region: Region, config: Config) -> AttentionRegion:
+    if not isinstance(region, AttentionRegion):
+        raise EmitError(f"{LANE}: only attention regions, got {region.kind}")
+    if region.head_dim not in HEAD_DIMS:
+        raise EmitError(f"{LANE}: head_dim {region.head_dim} not in {HEAD_DIMS}")
+    if int(config["block_q"]) != 16 * int(config["warps"]):
+        raise EmitError(f"{LANE}: block_q must be 16 * warps (each warp owns 16 query rows)")
+    if config["precision"] not in ("f16", "bf16"):
+        raise EmitError(f"{LANE}: precision {config['precision']!r} not f16/bf16")
+    return region
+
+
+def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
+    r = _check(region, config)
+    smem = smem_bytes(platform, r.head_dim, config)
+    bf16 = config["precision"] == "bf16"
+    consts = {
+        "FA2_B": r.batch,
+        "FA2_H": r.heads,
+        "FA2_SQ": r.seq_q,
+        "FA2_SK": r.seq_k,
+        "FA2_D": r.head_dim,
+        "FA2_CAUSAL": int(r.causal),
+        "FA2_SCALE_LOG2": f"{float(r.scale) * math.log2(math.e)!r}f",
+        "FA2_BQ": int(config["block_q"]),
+        "FA2_BK": int(config["block_k"]),
+        "FA2_WARPS": int(config["warps"]),
+        "FA2_STAGES": int(config["stages"]),
+        "FA2_SMEM_BYTES": smem,
+    }
+    lines = [
+        f"/* arbiter lane {LANE}: generated, do not edit.",
+        f" * region key: {r.key}",
+        f" * region:     {r.describe()} scale={r.scale!r}",
+        f" * config:     {config}",
+        f" * target:     {platform.value}; shared memory {smem} bytes per block",
+        " * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
+        "kernel.cu -o kernel.so",
+        " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
+        "kernel.hip -o kernel.so",
+        " */",
+    ]
+    lines += [f"#define {k} {v}" for k, v in consts.items()]
+    if bf16:
+        lines.append("#define FA2_BF16 1")
+    lines.append('#include "arb_gpu.h"')
+    text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
+    return KernelSource(LANE, r.key, config, "hip", text)

@@ -1,0 +1,541 @@
+/* FlashAttention-2 forward: O = softmax(scale * Q K^T [+ bottom-right causal mask]) V.
+ *
+ * f32 at the interface; Q, K, V are rounded to FA2_OP (f16 or bf16) as they are loaded and
+ * every product accumulates in f32. One block owns FA2_BQ query rows of one (batch, head);
+ * each warp owns 16 of them and keeps, in registers, its Q fragments, its O accumulator and
+ * the running row max / row sum of the online softmax in the accumulator layout
+ * (fa2_acc_row / fa2_acc_col say where element x[v] of a lane sits in a 16x16 tile). K/V
+ * stream through shared memory FA2_BK keys at a time; one pass; O is written once.
+ *
+ * f32 -> 16-bit conversion happens on the way into shared memory (global float4 loads into
+ * registers, packed stores), so the tiles the matrix units read are half the bytes and the
+ * interface stays f32 without a separate conversion kernel. With FA2_STAGES == 2 the next
+ * tile's global loads are issued before the current tile's math and stored after it.
+ *
+ * Where shared memory is needed beyond K/V and why:
+ *  - NVIDIA (mma.sync m16n8k16): the f32 accumulator of two n8 tiles holds, per lane, exactly
+ *    the (row, k) pairs the A operand of the next m16n8k16 wants, so P = exp(S - m) is packed
+ *    to 16-bit in registers and fed to P @ V directly: no round trip. V is read with
+ *    ldmatrix.trans, so it is stored untransposed.
+ *  - gfx11 (v_wmma_f32_16x16x16, wave32): the accumulator gives lane l column l & 15 of rows
+ *    2v + (l >> 4), but the A operand wants lane l to hold row l & 15 with all 16 k values.
+ *    That is a transpose across lanes, so each warp writes P to its own LDS scratch and reads
+ *    it back as A fragments (one write + one read of 16 x FA2_BK halves per tile). WMMA also
+ *    wants B column-major per lane (16 contiguous k per lane), so V is stored transposed
+ *    (V^T[d][key]) when it is converted into LDS.
+ *
+ * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_SCALE_LOG2
+ * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_SMEM_BYTES, and FA2_BF16 for bf16 operands.
+ */
+
+#define FA2_THREADS (FA2_WARPS * 32)
+#define FA2_NT (FA2_BK / 16)              /* 16-key tiles per K/V tile */
+#define FA2_DT (FA2_D / 16)               /* 16-wide head_dim tiles */
+#define FA2_OFF (FA2_SK - FA2_SQ)         /* causal: key j visible to query i iff j <= i + OFF */
+#define FA2_LDK (FA2_D + 8)               /* LDS row stride in halves: +16 B spreads banks */
+#define FA2_LOADS (FA2_BK * FA2_D / 4 / FA2_THREADS) /* float4 loads per thread per K or V tile */
+#define FA2_KV_ELEMS ((long long)FA2_B * FA2_H * FA2_SK * FA2_D)
+#define FA2_Q_ELEMS ((long long)FA2_B * FA2_H * FA2_SQ * FA2_D)
+
+#if (FA2_BK * FA2_D / 4) % FA2_THREADS != 0
+#error "FA2_BK * FA2_D / 4 must be a multiple of the thread count"
+#endif
+
+#if defined(ARB_CUDA)
+/* ---------------------------------------------------------------- NVIDIA: mma.sync m16n8k16 */
+#define FA2_SLOTS 2 /* rows per lane in an accumulator tile: g and g + 8 */
+typedef unsigned int fa2_u32;
+struct fa2_a { fa2_u32 r[4]; };   /* 16 x 16 A operand, standard m16n8k16 layout */
+struct fa2_b { fa2_u32 r[4]; };   /* 16 (k) x 16 (n) B operand = two n8 tiles: r[0..1], r[2..3] */
+struct fa2_acc { float x[8]; };   /* x[0..3] n-tile 0, x[4..7] n-tile 1 */
+
+__device__ __forceinline__ int fa2_lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ int fa2_acc_row(int v) { return (fa2_lane() >> 2) + ((v >> 1) & 1) * 8; }
+__device__ __forceinline__ int fa2_acc_col(int v) {
+    return (v >> 2) * 8 + 2 * (fa2_lane() & 3) + (v & 1);
+}
+__device__ __forceinline__ int fa2_slot(int v) { return (v >> 1) & 1; }
+__device__ __forceinline__ int fa2_slot_row(int s) { return (fa2_lane() >> 2) + 8 * s; }
+#define FA2_ROW_SHUFFLES {1, 2}   /* lanes sharing a row differ in lane & 3 */
+
+__device__ __forceinline__ fa2_u32 fa2_pack2(float lo, float hi) {
+#if defined(FA2_BF16)
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+#else
+    __half2 h = __floats2half2_rn(lo, hi);
+#endif
+    return *reinterpret_cast<fa2_u32*>(&h);
+}
+
+__device__ __forceinline__ void fa2_mma(fa2_acc& c, const fa2_a& a, const fa2_b& b) {
+#if defined(FA2_BF16)
+#define FA2_MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#else
+#define FA2_MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#endif
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float* d = c.x + 4 * h;
+        asm volatile(FA2_MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]),
+                       "r"(b.r[2 * h]), "r"(b.r[2 * h + 1]));
+    }
+#undef FA2_MMA
+}
+
+__device__ __forceinline__ void fa2_ldmatrix4(fa2_u32 (&r)[4], const void* p, bool trans) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+/* Q rows [row0, row0 + 16) x head_dim [k0, k0 + 16) from global f32 into an A fragment. */
+__device__ __forceinline__ void fa2_load_q(fa2_a& a, const float* q, int row0, int k0) {
+    const int g = fa2_lane() >> 2, t = fa2_lane() & 3;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = row0 + g + (i & 1) * 8, col = k0 + 2 * t + (i >> 1) * 8;
+        float2 f = make_float2(0.0f, 0.0f);
+        if (row < FA2_SQ) f = *reinterpret_cast<const float2*>(q + (long long)row * FA2_D + col);
+        a.r[i] = fa2_pack2(f.x, f.y);
+    }
+}
+
+/* B = K^T for keys [n0, n0 + 16) x head_dim [k0, k0 + 16): K rows are B columns. */
+__device__ __forceinline__ void fa2_load_kt(fa2_b& b, const void* sK, int n0, int k0) {
+    const int l = fa2_lane();
+    const int key = n0 + (l & 7) + ((l >> 4) & 1) * 8, col = k0 + ((l >> 3) & 1) * 8;
+    fa2_ldmatrix4(b.r, static_cast<const unsigned short*>(sK) + key * FA2_LDK + col, false);
+}
+
+/* B = V for keys [k0, k0 + 16) x head_dim [n0, n0 + 16), V stored [key][d]. */
+__device__ __forceinline__ void fa2_load_v(fa2_b& b, const void* sV, int k0, int n0) {
+    const int l = fa2_lane();
+    const int key = k0 + (l & 7) + ((l >> 3) & 1) * 8, col = n0 + ((l >> 4) & 1) * 8;
+    fa2_ldmatrix4(b.r, static_cast<const unsigned short*>(sV) + key * FA2_LDK + col, true);
+}
+
+/* P (two accumulator n8 tiles, f32) -> A operand for P @ V, in registers: the layouts agree. */
+__device__ __forceinline__ void fa2_p_to_a(fa2_a& a, const fa2_acc& p, void* /*scratch*/,
+                                           int /*kt*/) {
+    a.r[0] = fa2_pack2(p.x[0], p.x[1]);
+    a.r[1] = fa2_pack2(p.x[2], p.x[3]);
+    a.r[2] = fa2_pack2(p.x[4], p.x[5]);
+    a.r[3] = fa2_pack2(p.x[6], p.x[7]);
+}
+#define FA2_P_SCRATCH_HALVES 0
+#define FA2_V_TRANSPOSED 0
+#define FA2_Q_IN_LDS 0
+#define FA2_Q_HALVES 0
+
+__device__ __forceinline__ float fa2_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void fa2_warp_sync() { __syncwarp(); }
+__device__ __forceinline__ void fa2_sched_fence() {}
+__device__ __forceinline__ void fa2_block_sync() { __syncthreads(); }
+
+#else
+/* ---------------------------------------------------------- gfx11: v_wmma_f32_16x16x16 w32 */
+#define FA2_SLOTS 8 /* rows per lane in an accumulator tile: 2v + (lane >> 4) */
+typedef float fa2_v8f __attribute__((ext_vector_type(8)));
+#if defined(FA2_BF16)
+typedef short fa2_v16 __attribute__((ext_vector_type(16)));
+typedef short fa2_h;
+#else
+typedef _Float16 fa2_v16 __attribute__((ext_vector_type(16)));
+typedef _Float16 fa2_h;
+#endif
+struct fa2_a { fa2_v16 v; };   /* lane l: row l & 15, k 0..15 (lanes 16-31 duplicate) */
+struct fa2_b { fa2_v16 v; };   /* lane l: column l & 15, k 0..15 (lanes 16-31 duplicate) */
+struct fa2_acc { fa2_v8f x; }; /* x[v] = D[2v + (l >> 4)][l & 15] */
+
+__device__ __forceinline__ int fa2_lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ int fa2_acc_row(int v) { return 2 * v + (fa2_lane() >> 4); }
+__device__ __forceinline__ int fa2_acc_col(int v) { return fa2_lane() & 15; }
+__device__ __forceinline__ int fa2_slot(int v) { return v; }
+__device__ __forceinline__ int fa2_slot_row(int s) { return 2 * s + (fa2_lane() >> 4); }
+#define FA2_ROW_SHUFFLES {1, 2, 4, 8}   /* lanes sharing a row differ in lane & 15 */
+
+__device__ __forceinline__ fa2_h fa2_cvt(float f) {
+#if defined(FA2_BF16)
+    unsigned u = __builtin_bit_cast(unsigned, f);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (short)(u >> 16);
+#else
+    return (_Float16)f;
+#endif
+}
+
+__device__ __forceinline__ void fa2_mma(fa2_acc& c, const fa2_a& a, const fa2_b& b) {
+#if defined(FA2_BF16)
+    c.x = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(a.v, b.v, c.x);
+#else
+    c.x = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a.v, b.v, c.x);
+#endif
+}
+
+/* 16 contiguous halves from LDS (16 B aligned) as two 16-byte reads. */
+__device__ __forceinline__ fa2_v16 fa2_lds16(const fa2_h* p) {
+    union { uint4 u[2]; fa2_v16 v; } r;
+    r.u[0] = reinterpret_cast<const uint4*>(p)[0];
+    r.u[1] = reinterpret_cast<const uint4*>(p)[1];
+    return r.v;
+}
+
+/* Q stays in LDS on gfx11 (this warp's 16 rows, converted once) and is re-read as A
+ * fragments per K tile: holding all FA2_DT fragments in VGPRs next to O spills at d >= 64. */
+#define FA2_Q_IN_LDS 1
+#define FA2_Q_HALVES (16 * FA2_LDK)
+__device__ __forceinline__ void fa2_stage_q(fa2_h* sQ, const float* q, int row0) {
+    for (int i = fa2_lane(); i < 16 * FA2_D / 4; i += 32) {
+        const int r = i / (FA2_D / 4), c = (i % (FA2_D / 4)) * 4;
+        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row0 + r < FA2_SQ)
+            f = *reinterpret_cast<const float4*>(q + (long long)(row0 + r) * FA2_D + c);
+        fa2_h* p = sQ + r * FA2_LDK + c;
+        p[0] = fa2_cvt(f.x);
+        p[1] = fa2_cvt(f.y);
+        p[2] = fa2_cvt(f.z);
+        p[3] = fa2_cvt(f.w);
+    }
+}
+__device__ __forceinline__ void fa2_load_q_lds(fa2_a& a, const fa2_h* sQ, int k0) {
+    a.v = fa2_lds16(sQ + (fa2_lane() & 15) * FA2_LDK + k0);
+}
+
+__device__ __forceinline__ void fa2_load_kt(fa2_b& b, const void* sK, int n0, int k0) {
+    const int key = n0 + (fa2_lane() & 15);
+    b.v = fa2_lds16(static_cast<const fa2_h*>(sK) + key * FA2_LDK + k0);
+}
+
+#define FA2_LDV (FA2_BK + 8) /* V^T row stride in halves */
+__device__ __forceinline__ void fa2_load_v(fa2_b& b, const void* sVt, int k0, int n0) {
+    const int d = n0 + (fa2_lane() & 15);
+    b.v = fa2_lds16(static_cast<const fa2_h*>(sVt) + d * FA2_LDV + k0);
+}
+
+/* Accumulator -> A operand goes through this warp's LDS scratch (a cross-lane transpose). */
+#define FA2_LDP (FA2_BK + 8)
+#define FA2_P_SCRATCH_HALVES (16 * FA2_LDP)
+#define FA2_V_TRANSPOSED 1
+__device__ __forceinline__ void fa2_warp_sync() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+/* The AMDGPU scheduler otherwise hoists every B fragment of the loop nest ahead of the first
+ * v_wmma (8 VGPRs each) and spills; a fence per k-step keeps one step's loads in flight. */
+__device__ __forceinline__ void fa2_sched_fence() { __builtin_amdgcn_sched_barrier(0); }
+/* What __syncthreads() means, written with builtins: HIP's version goes through the device
+ * library's __atomic_work_item_fence, which an ISA-only (-nogpulib) build leaves as a call
+ * that clobbers every caller-saved VGPR; a full ROCm build inlines it to this same code. */
+__device__ __forceinline__ void fa2_block_sync() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+__device__ __forceinline__ void fa2_p_store(const fa2_acc& p, fa2_h* sP, int kt) {
+#pragma unroll
+    for (int v = 0; v < 8; ++v) sP[fa2_acc_row(v) * FA2_LDP + kt * 16 + fa2_acc_col(v)] = fa2_cvt(p.x[v]);
+}
+__device__ __forceinline__ void fa2_p_load(fa2_a& a, const fa2_h* sP, int kt) {
+    a.v = fa2_lds16(sP + (fa2_lane() & 15) * FA2_LDP + kt * 16);
+}
+
+__device__ __forceinline__ float fa2_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
+#endif
+
+/* ------------------------------------------------------------------ K/V tile staging */
+struct fa2_stage { float4 r[FA2_LOADS]; };
+
+/* The FA2_BK x FA2_D tile starting at key0 is contiguous in global memory: thread i loads
+ * float4 number i, i + THREADS, ...; keys past seq_k read as zeros (never NaN into P @ V). */
+__device__ __forceinline__ void fa2_fetch(fa2_stage& s, const float* base, int key0) {
+    const float4* src = reinterpret_cast<const float4*>(base + (long long)key0 * FA2_D) + threadIdx.x;
+    if (key0 + FA2_BK <= FA2_SK) { /* whole tile: one base address, constant offsets */
+#pragma unroll
+        for (int i = 0; i < FA2_LOADS; ++i) s.r[i] = src[i * FA2_THREADS];
+    } else {
+#pragma unroll
+        for (int i = 0; i < FA2_LOADS; ++i) {
+            const int key = key0 + (threadIdx.x + i * FA2_THREADS) / (FA2_D / 4);
+            s.r[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (key < FA2_SK) s.r[i] = src[i * FA2_THREADS];
+        }
+    }
+}
+
+__device__ __forceinline__ void fa2_put_rows(const fa2_stage& s, void* dst) {
+#pragma unroll
+    for (int i = 0; i < FA2_LOADS; ++i) {
+        const int idx = threadIdx.x + i * FA2_THREADS;
+        const int key = idx / (FA2_D / 4), c = (idx % (FA2_D / 4)) * 4;
+#if defined(ARB_CUDA)
+        uint2 w = make_uint2(fa2_pack2(s.r[i].x, s.r[i].y), fa2_pack2(s.r[i].z, s.r[i].w));
+        *reinterpret_cast<uint2*>(static_cast<unsigned short*>(dst) + key * FA2_LDK + c) = w;
+#else
+        fa2_h* p = static_cast<fa2_h*>(dst) + key * FA2_LDK + c;
+        p[0] = fa2_cvt(s.r[i].x);
+        p[1] = fa2_cvt(s.r[i].y);
+        p[2] = fa2_cvt(s.r[i].z);
+        p[3] = fa2_cvt(s.r[i].w);
+#endif
+    }
+}
+
+__device__ __forceinline__ void fa2_put_v(const fa2_stage& s, void* dst) {
+#if FA2_V_TRANSPOSED
+#pragma unroll
+    for (int i = 0; i < FA2_LOADS; ++i) {
+        const int idx = threadIdx.x + i * FA2_THREADS;
+        const int key = idx / (FA2_D / 4), c = (idx % (FA2_D / 4)) * 4;
+        fa2_h* p = static_cast<fa2_h*>(dst) + c * FA2_LDV + key;
+        p[0 * FA2_LDV] = fa2_cvt(s.r[i].x);
+        p[1 * FA2_LDV] = fa2_cvt(s.r[i].y);
+        p[2 * FA2_LDV] = fa2_cvt(s.r[i].z);
+        p[3 * FA2_LDV] = fa2_cvt(s.r[i].w);
+    }
+#else
+    fa2_put_rows(s, dst);
+#endif
+}
+
+#if FA2_V_TRANSPOSED
+#define FA2_V_HALVES (FA2_D * FA2_LDV)
+#else
+#define FA2_V_HALVES (FA2_BK * FA2_LDK)
+#endif
+#define FA2_K_HALVES (FA2_BK * FA2_LDK)
+#define FA2_STAGE_HALVES (FA2_K_HALVES + FA2_V_HALVES)
+
+/* ------------------------------------------------------------------ the kernel */
+extern "C" __global__ void __launch_bounds__(FA2_THREADS)
+fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
+            const float* __restrict__ v, float* __restrict__ o) {
+    extern __shared__ __align__(16) unsigned short fa2_smem[];
+    const int warp = threadIdx.x >> 5;
+    /* causal: the last query blocks see the most keys; start them first */
+    const int qb = FA2_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const long long bh = blockIdx.y;
+    const int q0 = qb * FA2_BQ, qw = q0 + warp * 16;
+    const float* qp = q + bh * FA2_SQ * FA2_D;
+    const float* kp = k + bh * FA2_SK * FA2_D;
+    const float* vp = v + bh * FA2_SK * FA2_D;
+    float* op = o + bh * FA2_SQ * FA2_D;
+
+    /* keys any row of the block sees: [0, kend); of this warp: [0, wend) */
+    int kend = FA2_SK, wend = FA2_SK;
+    if (FA2_CAUSAL) {
+        kend = min(FA2_SK, max(0, q0 + FA2_BQ + FA2_OFF));
+        wend = min(FA2_SK, max(0, qw + 16 + FA2_OFF));
+    }
+    const int ntiles = (kend + FA2_BK - 1) / FA2_BK;
+
+    unsigned short* sbase = fa2_smem + FA2_STAGES * FA2_STAGE_HALVES;
+    void* sP = sbase + warp * (FA2_P_SCRATCH_HALVES + FA2_Q_HALVES);
+    (void)sP;
+#if FA2_Q_IN_LDS
+    fa2_h* sQ = static_cast<fa2_h*>(sP) + FA2_P_SCRATCH_HALVES;
+    fa2_stage_q(sQ, qp, qw);
+    fa2_warp_sync();
+#else
+    fa2_a qa[FA2_DT];
+#pragma unroll
+    for (int d = 0; d < FA2_DT; ++d) fa2_load_q(qa[d], qp, qw, d * 16);
+#endif
+
+    fa2_acc oacc[FA2_DT];
+#pragma unroll
+    for (int d = 0; d < FA2_DT; ++d)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) oacc[d].x[e] = 0.0f;
+    float m[FA2_SLOTS], l[FA2_SLOTS];
+#pragma unroll
+    for (int s = 0; s < FA2_SLOTS; ++s) {
+        m[s] = -INFINITY;
+        l[s] = 0.0f;
+    }
+
+    fa2_stage st;
+#if FA2_STAGES == 2
+    if (ntiles > 0) {
+        fa2_fetch(st, kp, 0);
+        fa2_put_rows(st, fa2_smem);
+        fa2_fetch(st, vp, 0);
+        fa2_put_v(st, fa2_smem + FA2_K_HALVES);
+    }
+    fa2_block_sync();
+#endif
+
+    for (int t = 0; t < ntiles; ++t) {
+        const int key0 = t * FA2_BK;
+#if FA2_STAGES == 2
+        unsigned short* sK = fa2_smem + (t & 1) * FA2_STAGE_HALVES;
+        unsigned short* sKn = fa2_smem + ((t + 1) & 1) * FA2_STAGE_HALVES;
+        const bool more = t + 1 < ntiles;
+        if (more) fa2_fetch(st, kp, key0 + FA2_BK);
+#else
+        unsigned short* sK = fa2_smem;
+        fa2_fetch(st, kp, key0);
+        fa2_put_rows(st, sK);
+        fa2_fetch(st, vp, key0);
+        fa2_put_v(st, sK + FA2_K_HALVES);
+        fa2_block_sync();
+#endif
+        unsigned short* sV = sK + FA2_K_HALVES;
+        const bool active = key0 < wend; /* warp-uniform: some row of this warp sees a key */
+
+        fa2_acc s[FA2_NT];
+        if (active) {
+            /* S = Q K^T */
+#pragma unroll
+            for (int n = 0; n < FA2_NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) s[n].x[e] = 0.0f;
+#pragma unroll
+            for (int d = 0; d < FA2_DT; ++d) {
+#if FA2_Q_IN_LDS
+                fa2_a qd;
+                fa2_load_q_lds(qd, sQ, d * 16);
+#else
+                const fa2_a& qd = qa[d];
+#endif
+#pragma unroll
+                for (int n = 0; n < FA2_NT; ++n) {
+                    fa2_b b;
+                    fa2_load_kt(b, sK, n * 16, d * 16);
+                    fa2_mma(s[n], qd, b);
+                }
+                fa2_sched_fence();
+            }
+            /* mask only tiles that cross seq_k or the causal diagonal of this warp's rows */
+            const bool edge = key0 + FA2_BK > FA2_SK ||
+                              (FA2_CAUSAL && key0 + FA2_BK - 1 > qw + FA2_OFF);
+            if (edge) {
+#pragma unroll
+                for (int n = 0; n < FA2_NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        const int key = key0 + n * 16 + fa2_acc_col(e);
+                        const int row = qw + fa2_acc_row(e);
+                        if (key >= FA2_SK || (FA2_CAUSAL && key > row + FA2_OFF))
+                            s[n].x[e] = -INFINITY;
+                    }
+            }
+            /* online softmax: new running max, rescale, P = exp2(S*c - m*c) */
+            float mx[FA2_SLOTS];
+#pragma unroll
+            for (int r = 0; r < FA2_SLOTS; ++r) mx[r] = m[r];
+#pragma unroll
+            for (int n = 0; n < FA2_NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) mx[fa2_slot(e)] = fmaxf(mx[fa2_slot(e)], s[n].x[e]);
+            const int shuffles[] = FA2_ROW_SHUFFLES;
+            float mc[FA2_SLOTS], alpha[FA2_SLOTS];
+#pragma unroll
+            for (int r = 0; r < FA2_SLOTS; ++r) {
+#pragma unroll
+                for (int i = 0; i < (int)(sizeof(shuffles) / sizeof(int)); ++i)
+                    mx[r] = fmaxf(mx[r], arb_shfl_xor(mx[r], shuffles[i]));
+                /* a row that has seen no key keeps m = -inf; subtract 0 instead so that
+                 * exp2(-inf - m) never becomes -inf - -inf = NaN */
+                mc[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * FA2_SCALE_LOG2;
+                alpha[r] = fa2_exp2(m[r] * FA2_SCALE_LOG2 - mc[r]); /* m = -inf -> 0 */
+                m[r] = mx[r];
+                l[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int d = 0; d < FA2_DT; ++d)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) oacc[d].x[e] *= alpha[fa2_slot(e)];
+#pragma unroll
+            for (int n = 0; n < FA2_NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const float p = fa2_exp2(fmaf(s[n].x[e], FA2_SCALE_LOG2, -mc[fa2_slot(e)]));
+                    s[n].x[e] = p;
+                    l[fa2_slot(e)] += p; /* per-lane partial; reduced across lanes at the end */
+                }
+        }
+#if FA2_STAGES == 2
+        if (more) {
+            fa2_put_rows(st, sKn);
+            fa2_fetch(st, vp, key0 + FA2_BK);
+        }
+#endif
+        if (active) {
+            /* O += P V */
+#if !defined(ARB_CUDA)
+#pragma unroll
+            for (int n = 0; n < FA2_NT; ++n) fa2_p_store(s[n], static_cast<fa2_h*>(sP), n);
+            fa2_warp_sync();
+#endif
+#pragma unroll
+            for (int n = 0; n < FA2_NT; ++n) {
+                fa2_a pa;
+#if defined(ARB_CUDA)
+                fa2_p_to_a(pa, s[n], sP, n);
+#else
+                fa2_p_load(pa, static_cast<const fa2_h*>(sP), n);
+#endif
+#pragma unroll
+                for (int d = 0; d < FA2_DT; ++d) {
+                    fa2_b b;
+                    fa2_load_v(b, sV, n * 16, d * 16);
+                    fa2_mma(oacc[d], pa, b);
+                    if (d & 1) fa2_sched_fence();
+                }
+                fa2_sched_fence();
+            }
+        }
+#if FA2_STAGES == 2
+        if (more) fa2_put_v(st, sKn + FA2_K_HALVES);
+#endif
+        fa2_block_sync();
+    }
+
+    /* finish the row sums across the lanes that share a row; fully masked rows -> zeros */
+    const int shuffles[] = FA2_ROW_SHUFFLES;
+    float inv[FA2_SLOTS];
+#pragma unroll
+    for (int r = 0; r < FA2_SLOTS; ++r) {
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(shuffles) / sizeof(int)); ++i)
+            l[r] += arb_shfl_xor(l[r], shuffles[i]);
+        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+#pragma unroll
+    for (int d = 0; d < FA2_DT; ++d)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const int row = qw + fa2_acc_row(e);
+            if (row < FA2_SQ)
+                op[(long long)row * FA2_D + d * 16 + fa2_acc_col(e)] = oacc[d].x[e] * inv[fa2_slot(e)];
+        }
+}
+
+#define ARB_N_INPUTS 3
+static const long long arb_input_elems[ARB_N_INPUTS] = {FA2_Q_ELEMS, FA2_KV_ELEMS, FA2_KV_ELEMS};
+static const long long arb_output_elems = FA2_Q_ELEMS;
+
+static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream) {
+    if (FA2_SMEM_BYTES > 48 * 1024) {
+        hipError_t e = hipFuncSetAttribute((const void*)fa2_forward,
+                                           hipFuncAttributeMaxDynamicSharedMemorySize,
+                                           FA2_SMEM_BYTES);
+        if (e != hipSuccess) return e;
+    }
+    dim3 grid((FA2_SQ + FA2_BQ - 1) / FA2_BQ, FA2_B * FA2_H);
+    fa2_forward<<<grid, FA2_THREADS, FA2_SMEM_BYTES, stream>>>(in[0], in[1], in[2], out);
+    return hipGetLastError();
+}
+
+#include "arb_runner.h"

@@ -1,0 +1,91 @@
+"""The FlashAttention-2 lane: one hand-written forward kernel, tiled and tuned per region."""
+
+from __future__ import annotations
+
+from arbiter._region import AttentionRegion, Region
+from arbiter._values import (
+    Artifact,
+    Availability,
+    Config,
+    KernelSource,
+    Platform,
+    Rule,
+    Space,
+    Tunable,
+)
+
+from .._gpu import build as _build
+from .._gpu import detect as _detect
+from .._gpu.runner import GpuRunner
+from .emit import HEAD_DIMS, LANE, smem_bytes
+from .emit import emit as _emit
+
+__all__ = ["FA2Lane", "lane", "space_for"]
+
+# Dynamic shared memory one block may ask for: gfx11 gives a workgroup 64 KiB of the WGP's
+# 128 KiB LDS; an sm_90 block may opt in to 227 KiB.
+SMEM_LIMIT = {Platform.ROCM: 64 * 1024, Platform.CUDA: 227 * 1024}
+MAX_STAGED_FLOAT4 = 8  # per thread per K or V tile; 16 spills next to the O accumulator at d128
+
+
+def space_for(region: Region, platform: Platform) -> Space:
+    """The fa2 space for `region` on `platform` (only the shared-memory limit differs)."""
+    limit = SMEM_LIMIT[platform]
+    d = region.head_dim if isinstance(region, AttentionRegion) else 64
+    # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227); 4 x 32 fits gfx11's 64 KiB
+    warps, block_k = (4, 64) if d <= 64 else (8, 64) if platform is Platform.CUDA else (4, 32)
+    tunables = (
+        Tunable("warps", (2, 4, 8), warps),
+        Tunable("block_q", (32, 64, 128), 16 * warps),
+        Tunable("block_k", (32, 64, 128), block_k),
+        Tunable("stages", (1, 2), 2),
+        Tunable("precision", ("f16", "bf16"), "f16"),
+    )
+    rules = (
+        Rule("block_q must be 16 * warps: each warp owns 16 query rows",
+             lambda v: v["block_q"] == 16 * v["warps"]),
+        Rule("one K or V tile must split into whole float4 loads per thread",
+             lambda v: (v["block_k"] * d // 4) % (32 * v["warps"]) == 0),
+        Rule(f"K/V stages (and gfx11 Q/P scratch) must fit {limit // 1024} KiB of shared memory",
+             lambda v: smem_bytes(platform, d, v) <= limit),
+        Rule(f"a K or V tile is staged through registers: at most {MAX_STAGED_FLOAT4} float4 "
+             "per thread (more spills next to the O accumulator)",
+             lambda v: v["block_k"] * d // 4 // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
+    )
+    return Space(tunables, rules)
+
+
+class FA2Lane:
+    name = LANE
+    precisions = ("f16", "bf16")
+    version = "1"
+
+    @property
+    def platform(self) -> Platform:
+        return _detect.gpu_platform()
+
+    def available(self) -> Availability:
+        ok, why = _detect.platform_report()
+        return Availability(ok, why)
+
+    def applies_to(self, region: Region) -> str | None:
+        if not isinstance(region, AttentionRegion):
+            return "fa2 computes attention regions only"
+        if region.head_dim not in HEAD_DIMS:
+            return f"head_dim {region.head_dim} not supported (fa2 has kernels for {HEAD_DIMS})"
+        return None
+
+    def space(self, region: Region) -> Space:
+        return space_for(region, self.platform)
+
+    def emit(self, region: Region, config: Config) -> KernelSource:
+        return _emit(region, config, self.platform)
+
+    def build(self, source: KernelSource) -> Artifact:
+        return _build.gpu_build(self, source, self.platform)
+
+    def runner(self, artifact: Artifact, region: Region) -> GpuRunner:
+        return GpuRunner(artifact, region, self.platform)
+
+
+lane = FA2Lane()
