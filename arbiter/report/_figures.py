@@ -238,6 +238,10 @@ def speedup(summary: pd.DataFrame) -> Figure:
                 va="center", fontsize=9)
     ax.set_xlim(0, s["speedup"].max() * 1.9)
     ax.set_xlabel("speed-up over vendor lane (×; dashed line = same speed)")
+    missing = summary[summary["speedup"].isna()]["region"].tolist()
+    if missing:
+        ax.text(0.99, 0.01, "vendor lane not measured: " + ", ".join(map(str, missing)),
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color=VENDOR)
     ax.set_title(title, fontsize=12, fontweight="bold")
     return fig
 
