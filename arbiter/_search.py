@@ -14,7 +14,7 @@ import hashlib
 import math
 import random
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,21 +178,31 @@ def _sync(study: Any, p: Plan, budget: float) -> None:
             user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
 
 
-def _unmeasured(p: Plan, rng: random.Random) -> Iterator[tuple[str, Config]]:
-    """Candidates not yet measured, in a seeded random order (random draws for huge spaces)."""
-    pool: list[tuple[str, Config]] = []
-    for lane, space in p.spaces.items():
-        if space_size(space) is None:
-            continue
-        pool += [(lane, c) for c in space.configs() if (lane, c.key) not in p.measured]
+def _pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
+    """Every listable candidate, in a seeded random order."""
+    pool = [(lane, c) for lane, space in p.spaces.items() if space_size(space) is not None
+            for c in space.configs()]
     rng.shuffle(pool)
-    yield from pool
-    huge = [ln for ln, s in p.spaces.items() if space_size(s) is None]
+    return pool
+
+
+def _unmeasured(p: Plan, pool: list[tuple[str, Config]],
+                rng: random.Random) -> tuple[str, Config] | None:
+    """The first pool entry not measured yet (random draws for spaces too big to list).
+
+    Recomputed on every call, not consumed: the study may hand back an older queued trial
+    (left by a killed sweep) instead of the one just enqueued, and the pick must survive that.
+    """
+    for lane, cfg in pool:
+        if (lane, cfg.key) not in p.measured:
+            return lane, cfg
+    huge = sorted(ln for ln, s in p.spaces.items() if space_size(s) is None)
     for _ in range(1000 if huge else 0):
         lane = rng.choice(huge)
         cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
         if (lane, cfg.key) not in p.measured:
-            yield lane, cfg
+            return lane, cfg
+    return None
 
 
 def _suggest(trial: Any, p: Plan) -> tuple[str, Config]:
@@ -231,12 +241,12 @@ def tune_region(
         _sync(study, p, budget)
         enumerate_all = p.total is not None and p.total <= p.target
         rng = random.Random(seed)
-        fallback = _unmeasured(p, rng)
+        pool = _pool(p, rng)
         dupes = asks = 0
         while p.needed > 0 and asks < 5 * p.target + 100:
             asks += 1
             if enumerate_all or dupes >= DUPES_BEFORE_ENUM:
-                pick = next((c for c in fallback if (c[0], c[1].key) not in p.measured), None)
+                pick = _unmeasured(p, pool, rng)
                 if pick is None:
                     break
                 study.enqueue_trial(_params(*pick), skip_if_exists=False)

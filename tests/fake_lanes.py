@@ -186,3 +186,18 @@ _ATTRS = ("segfault", "hang", "garbage", "untouched", "nan", "broken_build", "ex
 def pythonpath() -> str:
     old = os.environ.get("PYTHONPATH", "")
     return ROOT + (os.pathsep + old if old else "")
+
+
+class Slow(Tiny):
+    """`Tiny` whose every run takes a while: long enough to kill a sweep in the middle."""
+
+    name = "fake_slow"
+
+    def fill(self, region, a, out, config):
+        time.sleep(0.05)
+        super().fill(region, a, out, config)
+
+
+slow = Slow()
+LANES[slow.name] = slow
+_ATTRS += ("slow",)

@@ -1,0 +1,123 @@
+"""The sweep: failing candidates become recorded statuses, small spaces are enumerated, nothing
+is measured twice, budgets change at query time, foreign winners are re-verified."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import arbiter
+from arbiter import ArbiterError, FusedRegion
+from arbiter._fingerprint import Fingerprint
+from tests import fake_lanes
+
+REGION = FusedRegion(8, 16, 8, name="small", epilogue=("bias", "relu"))
+FAILING = ["fake_segfault", "fake_hang", "fake_garbage", "fake_untouched", "fake_nan",
+           "fake_broken_build", "fake_exit"]
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes())
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    return f"sqlite:///{tmp_path / 'arbiter.db'}"
+
+
+def _rows(url: str, sql: str) -> list[tuple]:
+    return sqlite3.connect(url.removeprefix("sqlite:///")).execute(sql).fetchall()
+
+
+def _sweep_counts(url: str) -> list[tuple]:
+    return _rows(url, "select c.id, count(m.id) from candidates c join measurements m "
+                      "on m.candidate_id = c.id where m.kind = 'sweep' group by c.id")
+
+
+def test_every_failure_is_recorded_and_the_sweep_goes_on(env):
+    [row] = arbiter.tune(REGION, db=env, trials=20, lanes=FAILING + ["numpy"], timeout=3)
+    assert row["lane"] == "numpy" and row["status"] in ("ok", "tie")
+    got = dict(_rows(env, "select l.name, m.status from measurements m join candidates c on "
+                          "m.candidate_id = c.id join lanes l on c.lane_id = l.id "
+                          "where m.kind = 'sweep'"))
+    assert got == {"fake_segfault": "crashed", "fake_hang": "timeout",
+                   "fake_garbage": "wrong_result", "fake_untouched": "untouched",
+                   "fake_nan": "nan", "fake_broken_build": "compile_failed",
+                   "fake_exit": "crashed", "numpy": "ok"}
+    logs = dict(_rows(env, "select l.name, m.log from measurements m join candidates c on "
+                           "m.candidate_id = c.id join lanes l on c.lane_id = l.id"))
+    assert "SIGSEGV" in logs["fake_segfault"] and "expected ';'" in logs["fake_broken_build"]
+    assert "no result after 3 s" in logs["fake_hang"]
+
+
+def test_small_space_is_enumerated_once_and_never_remeasured(env):
+    [row] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    assert row["config"] == {"block": 4, "unroll": 2, "fast": False}
+    counts = _sweep_counts(env)
+    assert len(counts) == 18 and all(n == 1 for _, n in counts)  # every valid config, once
+    emit_refused = _rows(env, "select count(*) from measurements where status = 'invalid'")
+    assert emit_refused == [(1,)]  # block=8 unroll=1 fast=True: emit refuses it
+    [again] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=2)
+    assert again["new_trials"] == 0 and again["config"] == row["config"]
+    assert _sweep_counts(env) == counts
+
+
+def test_sampled_search_records_rule_breakers_as_invalid_without_building(env):
+    [row] = arbiter.tune(REGION, db=env, trials=12, lanes=["fake_tiny"], seed=3,
+                         sampler="random")
+    assert row["new_trials"] == 12
+    counts = _sweep_counts(env)
+    assert len(counts) == 12 and all(n == 1 for _, n in counts)
+    logs = [r[0] for r in _rows(env, "select log from measurements where status = 'invalid'")]
+    assert any("block * unroll <= 8" in log for log in logs)
+    # the study is in the same database, one trial per ask
+    [(n_trials,)] = _rows(env, "select count(*) from trials")
+    assert n_trials >= 12
+
+
+def test_budget_at_query_time_answers_from_records(env):
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    before = _rows(env, "select count(*) from measurements")
+    loose = arbiter.best(REGION, budget=5e-3, db=env)
+    assert loose["config"]["fast"] is True and loose["rel_error"] > 1e-3
+    assert loose["latency_ms"] < arbiter.best(REGION, db=env)["latency_ms"]
+    with pytest.raises(ArbiterError, match="no recorded candidate within budget 1e-12"):
+        arbiter.best(REGION, budget=1e-12, db=env)
+    assert _rows(env, "select count(*) from measurements") == before
+
+
+def test_never_tuned_region_says_so(env):
+    arbiter.tune(REGION, db=env, trials=1, lanes=["numpy"])
+    with pytest.raises(ArbiterError, match="never tuned"):
+        arbiter.best(FusedRegion(3, 3, 3, name="other"), db=env)
+
+
+def test_winner_from_another_machine_is_reverified(env, monkeypatch):
+    import arbiter._tune as tune_mod
+
+    real = tune_mod.fingerprint
+    monkeypatch.setattr(tune_mod, "fingerprint", lambda: Fingerprint({"cpu": "elsewhere"}))
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    monkeypatch.setattr(tune_mod, "fingerprint", real)
+    got = arbiter.best(REGION, db=env)
+    assert got["source"] == "reverified" and got["config"]["block"] == 4
+    assert got["measured_on"] == Fingerprint({"cpu": "elsewhere"}).hash
+    assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
+    arbiter.best(REGION, db=env)  # verified once, then trusted on this machine
+    assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
+
+
+def test_run_without_lane_uses_the_recorded_winner(env):
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    inputs = arbiter.random_inputs(REGION, 5)
+    out = arbiter.run(REGION, db=env, **inputs)
+    ref = arbiter.reference(REGION, inputs)
+    assert arbiter.compare(out, ref, 1e-3).status.value == "ok"
+
+
+def test_finalists_are_retimed_interleaved_and_winner_recorded(env):
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    finals = _rows(env, "select count(*) from measurements where kind = 'final'")
+    assert finals == [(3,)]
+    [(tie, runner_up, margin)] = _rows(env, "select tie, runner_up_id, margin from winners")
+    assert runner_up is not None and margin > 0 and tie == 0

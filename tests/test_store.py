@@ -1,0 +1,99 @@
+"""Record store: schema creation, migrations from a checked-in older database, error paths."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from arbiter import FusedRegion, StoreError
+from arbiter._records import Records
+from arbiter._store import (
+    SCHEMA_REVISION,
+    CandidateModel,
+    RegionModel,
+    revision_of,
+    session_scope,
+    upgrade,
+)
+from arbiter._store.session import alembic_config
+from arbiter.cli import main
+
+OLD = Path(__file__).parent / "data" / "arbiter-0001.db"
+
+
+def test_code_schema_is_the_migrations_head():
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head == SCHEMA_REVISION
+
+
+def test_empty_database_upgrades_to_head_with_all_tables(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    assert revision_of(url) is None
+    assert upgrade(url) == (None, SCHEMA_REVISION)
+    names = {r[0] for r in sqlite3.connect(tmp_path / "new.db").execute(
+        "select name from sqlite_master where type='table'")}
+    assert {"regions", "environments", "lanes", "candidates", "measurements",
+            "winners"} <= names
+    assert upgrade(url) == (SCHEMA_REVISION, SCHEMA_REVISION)  # idempotent
+
+
+def test_fresh_database_is_created_by_first_use(tmp_path):
+    url = f"sqlite:///{tmp_path / 'auto.db'}"
+    Records(url)
+    assert revision_of(url) == SCHEMA_REVISION
+    mode = sqlite3.connect(tmp_path / "auto.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_older_database_is_refused_with_the_upgrade_command(tmp_path):
+    db = tmp_path / "old.db"
+    shutil.copy(OLD, db)
+    url = f"sqlite:///{db}"
+    with pytest.raises(StoreError, match=r"schema 0001.*arbiter db upgrade"):
+        Records(url)
+
+
+def test_older_database_upgrades_and_keeps_its_rows(tmp_path, capsys):
+    db = tmp_path / "old.db"
+    shutil.copy(OLD, db)
+    url = f"sqlite:///{db}"
+    assert main(["db", "upgrade", "--db", url]) == 0
+    assert f"0001 -> {SCHEMA_REVISION}" in capsys.readouterr().out
+    records = Records(url)
+    with session_scope(url) as s:
+        region = s.query(RegionModel).one()
+    [r] = records.results(region.id, 1)
+    assert r.lane == "numpy" and r.median == pytest.approx(2e-4)  # old rows read as sweep rows
+
+
+def test_cli_on_older_database_says_one_line(tmp_path, capsys):
+    db = tmp_path / "old.db"
+    shutil.copy(OLD, db)
+    spec = Path(__file__).parent.parent / "examples" / "regions.toml"
+    assert main(["best", str(spec), "mm_relu", "--db", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arbiter db upgrade" in err[0]
+
+
+def test_candidate_identity_is_unique_and_errors_become_store_errors(tmp_path):
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    Records(url)
+    region = FusedRegion(2, 2, 2, name="r")
+    with session_scope(url) as s:
+        rid = RegionModel.find_or_add(s, region).id
+    with pytest.raises(StoreError, match="IntegrityError"):
+        with session_scope(url) as s:
+            for _ in range(2):
+                s.add(CandidateModel(region_id=rid, environment_id=1, lane_id=1,
+                                     config_key="k", config="{}"))
+                s.flush()
+
+
+def test_unreachable_url_is_a_store_error():
+    with pytest.raises(StoreError):
+        Records("sqlite:////nonexistent-dir/x/y.db")
