@@ -1,0 +1,157 @@
+"""fa2 lane: the shared conformance suite, plus the attention edge cases a tiled kernel can get
+wrong (GPU only), plus what must hold without a GPU (claims, space rules, emit refusals)."""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+
+from arbiter._check import build_candidate, verify
+from arbiter._errors import EmitError, InputError
+from arbiter._inputs import output_shape, poison, random_inputs
+from arbiter._oracle import reference
+from arbiter._region import AttentionRegion, FusedRegion
+from arbiter._values import Config, Measurement, Platform, Status
+from arbiter.lanes.fa2 import lane
+from arbiter.lanes.fa2.emit import emit
+from arbiter.lanes.fa2.lane import space_for
+from arbiter.testing import LaneConformance
+
+# f16 operands with f32 accumulation land near 5e-4 on unit-normal attention; bf16 near 4e-3.
+BUDGET = {"f16": 2e-3, "bf16": 1.5e-2}
+
+
+class TestFA2Lane(LaneConformance):
+    lane_name = "fa2"
+    budget = BUDGET["bf16"]  # sampled configs include bf16 ones
+
+
+def _gpu() -> None:
+    av = lane.available()
+    if not av:
+        pytest.skip(f"fa2 needs a GPU: {av.reason}")
+
+
+def _runner(region, **overrides):
+    space = lane.space(region)
+    config = space.complete({**space.default.as_dict(), **overrides})
+    assert space.violation(config) is None, space.violation(config)
+    built = build_candidate(lane, region, config)
+    if isinstance(built, Measurement):
+        pytest.fail(f"{config}: {built.status.value}\n{built.log}")
+    return lane.runner(built, region), config
+
+
+EDGE_REGIONS = [
+    AttentionRegion(2, 3, 128, 32, name="d32"),
+    AttentionRegion(1, 4, 200, 64, name="d64_odd_causal", causal=True),
+    AttentionRegion(1, 2, 257, 128, name="d128_odd", seq_k=130),
+    AttentionRegion(1, 2, 90, 64, name="causal_q_gt_k_masked_rows", seq_k=37, causal=True),
+    AttentionRegion(2, 1, 33, 128, name="causal_q_lt_k", seq_k=301, causal=True),
+    AttentionRegion(1, 2, 70, 32, name="seq_k_below_tile", seq_k=5),
+    AttentionRegion(1, 1, 1, 64, name="one_query", seq_k=3, causal=True),
+    AttentionRegion(1, 2, 65, 128, name="custom_scale", seq_k=65, scale=0.05, causal=True),
+    AttentionRegion(1, 1, 48, 64, name="sharp_scale", seq_k=80, scale=1.5),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("region", EDGE_REGIONS, ids=[r.name for r in EDGE_REGIONS])
+def test_edges_match_oracle(region, precision) -> None:
+    _gpu()
+    runner, config = _runner(region, precision=precision)
+    try:
+        verdict, log = verify(runner, region, BUDGET[precision], [secrets.randbits(31)] * 1)
+        assert verdict.status is Status.OK, f"{config}: {verdict.detail}\n{log}"
+    finally:
+        runner.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("tiles", [(2, 32), (4, 64), (8, 32), (8, 64)])
+def test_tilings_match_oracle(tiles, stages) -> None:
+    _gpu()
+    region = AttentionRegion(1, 2, 150, 64, seq_k=111, causal=True)
+    warps, block_k = tiles
+    runner, config = _runner(region, warps=warps, block_q=16 * warps, block_k=block_k,
+                             stages=stages)
+    try:
+        verdict, log = verify(runner, region, BUDGET["f16"], [secrets.randbits(31)])
+        assert verdict.status is Status.OK, f"{config}: {verdict.detail}\n{log}"
+    finally:
+        runner.close()
+
+
+@pytest.mark.gpu
+def test_fully_masked_rows_are_exact_zeros() -> None:
+    _gpu()
+    region = AttentionRegion(1, 2, 50, 64, seq_k=20, causal=True)  # rows 0..29 see no key
+    runner, _ = _runner(region)
+    try:
+        inputs = random_inputs(region, secrets.randbits(31))
+        out = np.empty(output_shape(region), np.float32)
+        poison(out)
+        runner.run(inputs, out)
+        assert np.all(out[:, :, :30] == 0.0)
+        ref = reference(region, inputs)
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < BUDGET["f16"]
+    finally:
+        runner.close()
+
+
+@pytest.mark.gpu
+def test_library_for_another_shape_is_refused() -> None:
+    _gpu()
+    region = AttentionRegion(1, 2, 64, 64)
+    other = AttentionRegion(1, 2, 65, 64)
+    built = build_candidate(lane, region, lane.space(region).default)
+    assert not isinstance(built, Measurement)
+    with pytest.raises(RuntimeError, match="built for"):
+        lane.runner(built, other)
+    runner = lane.runner(built, region)
+    try:
+        bad = random_inputs(region, 1)
+        bad["k"] = bad["k"][:, :, :-1].copy()
+        with pytest.raises(InputError):
+            runner.run(bad, np.empty(output_shape(region), np.float32))
+    finally:
+        runner.close()
+
+
+# -- no GPU needed -----------------------------------------------------------------------------
+
+
+def test_applies_to_gives_reasons() -> None:
+    assert lane.applies_to(AttentionRegion(1, 1, 8, 64)) is None
+    assert "head_dim 96" in lane.applies_to(AttentionRegion(1, 1, 8, 96))
+    assert "attention" in lane.applies_to(FusedRegion(8, 8, 8))
+
+
+@pytest.mark.parametrize("platform", [Platform.CUDA, Platform.ROCM])
+@pytest.mark.parametrize("d", [32, 64, 128])
+def test_space_rules(platform, d) -> None:
+    space = space_for(AttentionRegion(1, 1, 8, d), platform)
+    assert space.violation(space.default) is None
+    configs = list(space.configs())
+    assert configs and all(c["block_q"] == 16 * c["warps"] for c in configs)
+    bad = space.complete({"warps": 4, "block_q": 128, "block_k": 32})
+    assert "16 * warps" in space.violation(bad)
+    big = space.complete({"warps": 2, "block_q": 32, "block_k": 128, "stages": 2})
+    assert space.violation(big) is not None
+
+
+def test_emit_records_region_and_refuses_what_it_cannot_do() -> None:
+    region = AttentionRegion(2, 3, 100, 64, seq_k=77, causal=True, scale=0.3)
+    src = emit(region, lane.space(region).default, Platform.CUDA)
+    assert region.key in src.text and "#define FA2_CAUSAL 1" in src.text
+    assert "#define FA2_SQ 100" in src.text and "#define FA2_SK 77" in src.text
+    with pytest.raises(EmitError, match="head_dim"):
+        emit(AttentionRegion(1, 1, 8, 80), Config.of(warps=4, block_q=64, block_k=64, stages=2,
+                                                     precision="f16"), Platform.CUDA)
+    with pytest.raises(EmitError, match="16 \\* warps"):
+        emit(region, Config.of(warps=4, block_q=128, block_k=64, stages=2, precision="f16"),
+             Platform.CUDA)
