@@ -67,7 +67,7 @@ def _row_reduce(region: FusedRegion) -> list[str]:
     assert region.reduction is not None
     prog = row_program((), False, region.reduction, region.eps)
     lines = [
-        "constexpr int ROW_WARPS = %d;" % ROW_WARPS,
+        f"constexpr int ROW_WARPS = {ROW_WARPS};",
         "__global__ void __launch_bounds__(ROW_WARPS * 32) row_reduce_kernel(float* out) {",
         "    constexpr int N = GEMM_N;",
         "    const int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32;",

@@ -51,7 +51,13 @@ __device__ __forceinline__ void gemm_tile(int& bm, int& bn) {
 
 __device__ __forceinline__ void gemm_mma_stage(arb_frag_acc (&acc)[FM][FN], const arb_op_t* As,
                                                const arb_op_t* Bs, int wm, int wn) {
+#if defined(ARB_FRAG_BACKEND_WMMA)
+    /* gfx11 fragments are 8 VGPRs; unrolled k-steps let the scheduler hoist every step's LDS
+     * loads at once and spill (32x64 warp tile, BK 64: 256 VGPRs + scratch). */
+#pragma unroll 1
+#else
 #pragma unroll
+#endif
     for (int kk = 0; kk < GEMM_BK; kk += 16) {
         arb_frag_a a[FM];
         arb_frag_b b[FN];

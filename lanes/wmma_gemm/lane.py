@@ -32,7 +32,9 @@ REGISTER_FILE = 65536
 # Per-thread estimate allowed: sm_90 has 255 (an estimate of 248 spilled 8 bytes); gfx11 has
 # 256 VGPRs per wave32 lane, but past ~200 of our estimate it spilled (64x64 prepass: 72).
 THREAD_REGS = {Platform.ROCM: 200, Platform.CUDA: 240}
-PREFETCH_LIMIT = 64  # f32 values an inline-staging thread holds for the next K tile
+# f32 values an inline-staging thread holds for the next K tile (gfx11 spilled at 48:
+# 128x64 tile, block_k 64, 256 threads).
+PREFETCH_LIMIT = {Platform.ROCM: 32, Platform.CUDA: 64}
 
 
 def _up_to(choices: tuple[int, ...], extent: int, floor: int) -> tuple[int, ...]:
@@ -104,10 +106,10 @@ class WmmaGemmLane:
                  "tile); staging=prepass streams 2 to 4 stages of async copies",
                  lambda v: v["stages"] <= 2 if v["staging"] == "inline" else v["stages"] >= 2),
             Rule(f"inline staging prefetches (block_m + block_n) * block_k / threads floats per "
-                 f"thread: at most {PREFETCH_LIMIT}",
+                 f"thread: at most {PREFETCH_LIMIT[platform]}",
                  lambda v: v["staging"] != "inline"
                  or (v["block_m"] + v["block_n"]) * v["block_k"] // v["threads"]
-                 <= PREFETCH_LIMIT),
+                 <= PREFETCH_LIMIT[platform]),
             Rule(f"stages * (block_m*(block_k+8) + block_k*(block_n+8)) * 2 bytes of shared "
                  f"memory must fit {limit // 1024} KiB",
                  lambda v: smem_bytes(v) <= limit),
