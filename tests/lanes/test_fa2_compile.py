@@ -10,14 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from arbiter._build import run_tool
-from arbiter._region import AttentionRegion
-from arbiter._values import Config, Platform
 from arbiter.lanes._gpu.build import INCLUDE_DIR, device_asm, isa_resources
 from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.fa2.emit import emit
 from arbiter.lanes.fa2.lane import space_for
+
+from arbiter._build import run_tool
+from arbiter._region import AttentionRegion
+from arbiter._values import Platform
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 
