@@ -20,8 +20,9 @@ from arbiter._values import (
 )
 
 from . import build as _build
+from .attention import attention_tunables, emit_attention
+from .emit import _header, compile_options, parse_tile
 from .emit import emit as _emit
-from .emit import parse_tile
 from .run import CRunner
 
 __all__ = ["X86CLane", "lane"]
@@ -78,8 +79,6 @@ class X86CLane:
         return Availability(ok, why)
 
     def applies_to(self, region: Region) -> str | None:
-        if isinstance(region, AttentionRegion):
-            return "attention is not implemented in the x86 C lane yet"
         return None
 
     def space(self, region: Region) -> Space:
@@ -90,6 +89,8 @@ class X86CLane:
             Tunable("vec", vec, vec[-1]),
             Tunable("fast_math", (False, True), False),
         )
+        if isinstance(region, AttentionRegion):
+            return Space(common + attention_tunables(), ())
         if isinstance(region, FusedRegion):
             tunables = common + (
                 Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
@@ -113,6 +114,9 @@ class X86CLane:
         )
 
     def emit(self, region: Region, config: Config) -> KernelSource:
+        if isinstance(region, AttentionRegion):
+            return emit_attention(region, config, _header(region, config),
+                                  compile_options(config))
         return _emit(region, config)
 
     def build(self, source: KernelSource) -> Artifact:
