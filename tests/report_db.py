@@ -35,24 +35,53 @@ class _Lane:
         self.platform = type("P", (), {"value": platform})()
 
 
-def _add(s, region, env, lane, config: dict, when: int, *, status="ok", ms=None, spread_ms=None,
-         rel=None, max_abs=None, budget=1e-3, kind="sweep") -> CandidateModel:
+def _add(
+    s,
+    region,
+    env,
+    lane,
+    config: dict,
+    when: int,
+    *,
+    status="ok",
+    ms=None,
+    spread_ms=None,
+    rel=None,
+    max_abs=None,
+    budget=1e-3,
+    kind="sweep",
+) -> CandidateModel:
     cfg = Config.of(config)
     reg = RegionModel.find_or_add(s, region)
     ln = LaneModel.find_or_add(s, lane)
     cand = CandidateModel.find(s, reg.id, env.id, ln.id, cfg.key)
     if cand is None:
-        cand = CandidateModel(region_id=reg.id, environment_id=env.id, lane_id=ln.id,
-                              config_key=cfg.key, config=cfg.to_json())
+        cand = CandidateModel(
+            region_id=reg.id,
+            environment_id=env.id,
+            lane_id=ln.id,
+            config_key=cfg.key,
+            config=cfg.to_json(),
+        )
         s.add(cand)
         s.flush()
-    s.add(MeasurementModel(
-        candidate_id=cand.id, kind=kind, status=status, budget=budget, rel_error=rel,
-        max_abs=max_abs, median=None if ms is None else ms * 1e-3,
-        spread=None if spread_ms is None else spread_ms * 1e-3,
-        samples=json.dumps([] if ms is None else [ms * 1e-3] * 3),
-        timing_method="monotonic_ns" if ms is not None else "", compile_seconds=0.5,
-        log="" if status == "ok" else f"{status} log", created_at=T0 + timedelta(seconds=when)))
+    s.add(
+        MeasurementModel(
+            candidate_id=cand.id,
+            kind=kind,
+            status=status,
+            budget=budget,
+            rel_error=rel,
+            max_abs=max_abs,
+            median=None if ms is None else ms * 1e-3,
+            spread=None if spread_ms is None else spread_ms * 1e-3,
+            samples=json.dumps([] if ms is None else [ms * 1e-3] * 3),
+            timing_method="monotonic_ns" if ms is not None else "",
+            compile_seconds=0.5,
+            log="" if status == "ok" else f"{status} log",
+            created_at=T0 + timedelta(seconds=when),
+        )
+    )
     s.flush()
     return cand
 
@@ -68,21 +97,42 @@ def known(url: str) -> None:
     numpy_lane, c_lane = _Lane("numpy"), _Lane("x86_c")
     with session_scope(url) as s:
         env = EnvironmentModel.find_or_add(s, FINGERPRINT, {"cpu": "Test CPU", "gpu": {}})
-        vendor = _add(s, MM, env, numpy_lane, {}, 1, ms=2.0, spread_ms=0.1, rel=1e-7,
-                      max_abs=1e-6)
-        win = _add(s, MM, env, c_lane, {"tile": "4x8"}, 2, ms=1.0, spread_ms=0.05, rel=2e-7,
-                   max_abs=2e-6)
-        _add(s, MM, env, c_lane, {"tile": "8x8"}, 3, status="wrong_result", ms=0.5,
-             spread_ms=0.01, rel=5e-2, max_abs=1.0)
+        vendor = _add(s, MM, env, numpy_lane, {}, 1, ms=2.0, spread_ms=0.1, rel=1e-7, max_abs=1e-6)
+        win = _add(
+            s, MM, env, c_lane, {"tile": "4x8"}, 2, ms=1.0, spread_ms=0.05, rel=2e-7, max_abs=2e-6
+        )
+        _add(
+            s,
+            MM,
+            env,
+            c_lane,
+            {"tile": "8x8"},
+            3,
+            status="wrong_result",
+            ms=0.5,
+            spread_ms=0.01,
+            rel=5e-2,
+            max_abs=1.0,
+        )
         _add(s, MM, env, c_lane, {"tile": "2x8"}, 4, status="compile_failed")
         _add(s, ROW, env, numpy_lane, {}, 5, ms=0.4, spread_ms=0.02, rel=1e-7, max_abs=1e-6)
         _add(s, ROW, env, c_lane, {}, 6, ms=0.1, spread_ms=0.01, rel=3e-7, max_abs=3e-6)
-        _add(s, MM, env, c_lane, {"tile": "4x8"}, 7, ms=0.9, spread_ms=0.04, rel=2e-7,
-             kind="final")
-        s.add(WinnerModel(region_id=win.region_id, environment_id=env.id, budget=1e-3,
-                          candidate_id=win.id, runner_up_id=vendor.id, median=0.9e-3,
-                          spread=0.04e-3, rel_error=2e-7, margin=1.1e-3, tie=False,
-                          created_at=T0 + timedelta(seconds=8)))
+        _add(s, MM, env, c_lane, {"tile": "4x8"}, 7, ms=0.9, spread_ms=0.04, rel=2e-7, kind="final")
+        s.add(
+            WinnerModel(
+                region_id=win.region_id,
+                environment_id=env.id,
+                budget=1e-3,
+                candidate_id=win.id,
+                runner_up_id=vendor.id,
+                median=0.9e-3,
+                spread=0.04e-3,
+                rel_error=2e-7,
+                margin=1.1e-3,
+                tie=False,
+                created_at=T0 + timedelta(seconds=8),
+            )
+        )
         CeilingModel.put(s, env.id, "copy_bandwidth", 10e9, "B/s", "test")
         CeilingModel.put(s, env.id, "matmul_f32", 100e9, "FLOP/s", "test")
 
@@ -104,14 +154,34 @@ def rich(url: str, spec: str, seed: int = 0, trials: int = 24) -> None:
                 ms = base * float(rng.uniform(0.25, 1.6)) * (1 + 1.5 / (i + 1))
                 rel = float(10 ** rng.uniform(-7.5, -1.5))
                 status = "ok" if rel <= 1e-3 else "wrong_result"
-                cand = _add(s, region, env, lanes[1], {"tile": f"{i}x8"}, when, status=status,
-                            ms=ms, spread_ms=ms * 0.05, rel=rel)
+                cand = _add(
+                    s,
+                    region,
+                    env,
+                    lanes[1],
+                    {"tile": f"{i}x8"},
+                    when,
+                    status=status,
+                    ms=ms,
+                    spread_ms=ms * 0.05,
+                    rel=rel,
+                )
                 if status == "ok" and (best is None or ms < best[1]):
                     best = (cand, ms, rel)
             if best is not None:
                 cand, ms, rel = best
-                s.add(WinnerModel(region_id=cand.region_id, environment_id=env.id, budget=1e-3,
-                                  candidate_id=cand.id, median=ms * 1e-3, spread=ms * 5e-5,
-                                  rel_error=rel, margin=None, tie=False))
+                s.add(
+                    WinnerModel(
+                        region_id=cand.region_id,
+                        environment_id=env.id,
+                        budget=1e-3,
+                        candidate_id=cand.id,
+                        median=ms * 1e-3,
+                        spread=ms * 5e-5,
+                        rel_error=rel,
+                        margin=None,
+                        tie=False,
+                    )
+                )
         CeilingModel.put(s, env.id, "copy_bandwidth", 20e9, "B/s", "synthetic")
         CeilingModel.put(s, env.id, "matmul_f32", 80e9, "FLOP/s", "synthetic")

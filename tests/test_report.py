@@ -50,8 +50,14 @@ causal = true
 
 
 def arbiter(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env=env,
+    )
 
 
 def one_line_error(p: subprocess.CompletedProcess, needle: str) -> None:
@@ -77,21 +83,40 @@ def tuned(tmp_path_factory) -> str:
     (d / "spec.toml").write_text(SMALL_SPEC)
     url = f"sqlite:///{d / 'arbiter.db'}"
     env = dict(os.environ, ARBITER_CACHE_DIR=str(d / "cache"))
-    p = arbiter("tune", "spec.toml", "--trials", "4", "--lanes", "numpy,x86_c", "--seed", "0",
-                "--db", url, cwd=d, env=env)
+    p = arbiter(
+        "tune",
+        "spec.toml",
+        "--trials",
+        "4",
+        "--lanes",
+        "numpy,x86_c",
+        "--seed",
+        "0",
+        "--db",
+        url,
+        cwd=d,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return url
 
 
 # --- frames -----------------------------------------------------------------------------------
 
+
 def test_trials_frame_exact(known: str) -> None:
     t = report.trials(known)
     assert list(t.columns) == _frames.TRIAL_COLUMNS
     assert list(t["region"]) == ["mm_relu"] * 4 + ["row_gelu"] * 2
     assert list(t["lane"]) == ["numpy", "x86_c", "x86_c", "x86_c", "numpy", "x86_c"]
-    assert list(t["config"]) == ["(default)", "tile=4x8", "tile=8x8", "tile=2x8", "(default)",
-                                 "(default)"]
+    assert list(t["config"]) == [
+        "(default)",
+        "tile=4x8",
+        "tile=8x8",
+        "tile=2x8",
+        "(default)",
+        "(default)",
+    ]
     assert list(t["status"]) == ["ok", "ok", "wrong_result", "compile_failed", "ok", "ok"]
     assert list(t["trial"]) == [1, 2, 3, 4, 1, 2]
     assert t["latency_ms"].iloc[:3].tolist() == pytest.approx([2.0, 1.0, 0.5])
@@ -111,7 +136,11 @@ def test_winners_frame_exact(known: str) -> None:
     assert len(w) == 1
     row = w.iloc[0]
     assert (row["region"], row["lane"], row["config"], row["runner_up"]) == (
-        "mm_relu", "x86_c", "tile=4x8", "numpy")
+        "mm_relu",
+        "x86_c",
+        "tile=4x8",
+        "numpy",
+    )
     assert row["latency_ms"] == pytest.approx(0.9) and row["margin_ms"] == pytest.approx(1.1)
     assert row["budget"] == 1e-3 and not row["tie"]
 
@@ -176,6 +205,7 @@ def test_measure_cpu_is_plausible() -> None:
 
 # --- figures and page ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("which", ["known", "rich"])
 def test_every_figure_draws(which: str, known: str, tmp_path: Path) -> None:
     url = known
@@ -197,10 +227,13 @@ def test_every_figure_draws(which: str, known: str, tmp_path: Path) -> None:
 def test_figures_say_when_there_is_nothing_to_draw(known: str) -> None:
     empty = report.summary(known).iloc[0:0]
     trials = report.trials(known).iloc[0:0]
-    for fig in (report.latency_by_lane(report.best_per_lane(trials), empty),
-                report.speedup(empty), report.convergence(trials, empty),
-                report.latency_vs_error(trials, empty),
-                report.roofline(empty, report.ceilings(known))):
+    for fig in (
+        report.latency_by_lane(report.best_per_lane(trials), empty),
+        report.speedup(empty),
+        report.convergence(trials, empty),
+        report.latency_vs_error(trials, empty),
+        report.roofline(empty, report.ceilings(known)),
+    ):
         assert fig.axes[0].texts  # a sentence, not an empty axis
 
 
@@ -209,8 +242,11 @@ def test_page_references_files_that_exist(fmt: str, known: str, tmp_path: Path) 
     written = report.write_report(known, tmp_path / "out", fmt=fmt)
     page = written["page"]
     text = page.read_text()
-    refs = re.findall(r"src='([^']+)'", text) if fmt == "html" else re.findall(
-        r"!\[[^\]]*\]\(([^)]+)\)", text)
+    refs = (
+        re.findall(r"src='([^']+)'", text)
+        if fmt == "html"
+        else re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    )
     assert sorted(refs) == sorted(f"{stem}.png" for stem in report.FIGURES)
     for ref in refs:
         assert (page.parent / ref).is_file()
@@ -220,6 +256,7 @@ def test_page_references_files_that_exist(fmt: str, known: str, tmp_path: Path) 
 
 
 # --- command line ------------------------------------------------------------------------------
+
 
 def test_cli_missing_empty_and_foreign_databases(tmp_path: Path) -> None:
     p = arbiter("report", "--db", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path)
@@ -239,18 +276,22 @@ def test_cli_unknown_reference_model(known: str, tmp_path: Path) -> None:
 
 
 def test_help_stays_light() -> None:
-    code = ("import sys; from arbiter.cli import _parser; _parser(); "
-            "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys; from arbiter.cli import _parser; _parser(); "
+        "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 def test_cli_report_on_a_real_tune(tuned: str, tmp_path: Path) -> None:
     p = arbiter("report", "--db", tuned, "--out", "rep", "--format", "md", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    printed = [line.removeprefix("wrote ") for line in p.stdout.splitlines()
-               if line.startswith("wrote ")]
+    printed = [
+        line.removeprefix("wrote ") for line in p.stdout.splitlines() if line.startswith("wrote ")
+    ]
     assert printed[0].endswith("report.md") and len(printed) == 1 + len(report.FIGURES)
     assert all((tmp_path / f).is_file() for f in printed)
     t = report.trials(tuned)
@@ -265,6 +306,7 @@ def test_cli_report_on_a_real_tune(tuned: str, tmp_path: Path) -> None:
 
 # --- notebook ----------------------------------------------------------------------------------
 
+
 def test_notebook_is_stored_without_outputs() -> None:
     nb = json.loads(NOTEBOOK.read_text())
     for cell in nb["cells"]:
@@ -277,8 +319,9 @@ def test_notebook_executes_on_a_real_tune(tuned: str, tmp_path: Path, monkeypatc
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("ARBITER_DB", tuned)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError on any failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]

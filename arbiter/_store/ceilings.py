@@ -36,14 +36,19 @@ class CeilingModel(Base):
 
     @classmethod
     def of_environment(cls, session: Session, environment_id: int) -> list[CeilingModel]:
-        return list(session.scalars(
-            select(cls).where(cls.environment_id == environment_id).order_by(cls.name)))
+        return list(
+            session.scalars(
+                select(cls).where(cls.environment_id == environment_id).order_by(cls.name)
+            )
+        )
 
     @classmethod
-    def put(cls, session: Session, environment_id: int, name: str, value: float, unit: str,
-            method: str) -> CeilingModel:
-        row = session.scalars(select(cls).where(
-            cls.environment_id == environment_id, cls.name == name)).first()
+    def put(
+        cls, session: Session, environment_id: int, name: str, value: float, unit: str, method: str
+    ) -> CeilingModel:
+        row = session.scalars(
+            select(cls).where(cls.environment_id == environment_id, cls.name == name)
+        ).first()
         if row is None:
             row = cls(environment_id=environment_id, name=name)
             session.add(row)

@@ -8,15 +8,24 @@ from .._settings import settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database URL (default: ARBITER_DB or "
-                   "sqlite:///arbiter.db)")
-    p.add_argument("--out", default="arbiter-report", help="folder to write into "
-                   "(default: ./arbiter-report)")
+    p.add_argument(
+        "--db", default=None, help="database URL (default: ARBITER_DB or sqlite:///arbiter.db)"
+    )
+    p.add_argument(
+        "--out", default="arbiter-report", help="folder to write into (default: ./arbiter-report)"
+    )
     p.add_argument("--format", choices=("html", "md"), default="html", help="page format")
-    p.add_argument("--reference", default=None, metavar="MODEL",
-                   help="draw a named machine's published peaks on the roofline (gfx1151)")
-    p.add_argument("--no-measure", action="store_true",
-                   help="do not measure this machine's ceilings when its records lack them")
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="MODEL",
+        help="draw a named machine's published peaks on the roofline (gfx1151)",
+    )
+    p.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not measure this machine's ceilings when its records lack them",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,8 +34,10 @@ def main(args: argparse.Namespace) -> int:
 
     url = args.db or settings().db
     if args.reference is not None and args.reference not in REFERENCE_MODELS:
-        raise ArbiterError(f"unknown reference model {args.reference!r} "
-                           f"(known: {', '.join(sorted(REFERENCE_MODELS))})")
+        raise ArbiterError(
+            f"unknown reference model {args.reference!r} "
+            f"(known: {', '.join(sorted(REFERENCE_MODELS))})"
+        )
     from ..report import ensure_ceilings, open_records, write_report
 
     open_records(url)

@@ -41,14 +41,22 @@ def measure_cpu() -> list[Ceiling]:
     src = np.ones(COPY_BYTES // 4, dtype=np.float32)
     dst = np.empty_like(src)
     t = _best_seconds(lambda: np.copyto(dst, src))
-    copy = (BANDWIDTH, 2 * COPY_BYTES / t, "B/s",
-            f"numpy copyto {COPY_BYTES >> 20} MiB f32 (read+write counted), best of {REPEATS}")
+    copy = (
+        BANDWIDTH,
+        2 * COPY_BYTES / t,
+        "B/s",
+        f"numpy copyto {COPY_BYTES >> 20} MiB f32 (read+write counted), best of {REPEATS}",
+    )
     rng = np.random.default_rng(0)
     a = rng.standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
     b = rng.standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
     t = _best_seconds(lambda: a @ b)
-    mm = (MATMUL, 2.0 * MATMUL_N**3 / t, "FLOP/s",
-          f"numpy f32 matmul {MATMUL_N}^3 ({np.__version__}), best of {REPEATS}")
+    mm = (
+        MATMUL,
+        2.0 * MATMUL_N**3 / t,
+        "FLOP/s",
+        f"numpy f32 matmul {MATMUL_N}^3 ({np.__version__}), best of {REPEATS}",
+    )
     return [copy, mm]
 
 
@@ -80,16 +88,28 @@ def measure_gpu() -> list[Ceiling]:
     dst = torch.empty_like(src)
     copy_s = device_seconds(lambda s=src, d=dst: d.copy_(s))
     del src, dst  # free 2 GiB before the matmuls
-    out = [("gpu_copy_bandwidth", 2 * nbytes / copy_s, "B/s",
+    out = [
+        (
+            "gpu_copy_bandwidth",
+            2 * nbytes / copy_s,
+            "B/s",
             f"torch {torch.__version__} device copy 1 GiB f32 (read+write), events, "
-            f"best of {REPEATS}")]
+            f"best of {REPEATS}",
+        )
+    ]
     n = 8192
     for name, dtype in (("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)):
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
         t = device_seconds(lambda a=a, b=b: torch.matmul(a, b))
-        out.append((f"gpu_matmul_{name}", 2.0 * n**3 / t, "FLOP/s",
-                    f"torch {torch.__version__} matmul {name} {n}^3, events, best of {REPEATS}"))
+        out.append(
+            (
+                f"gpu_matmul_{name}",
+                2.0 * n**3 / t,
+                "FLOP/s",
+                f"torch {torch.__version__} matmul {name} {n}^3, events, best of {REPEATS}",
+            )
+        )
     torch.cuda.empty_cache()
     return out
 
@@ -118,8 +138,9 @@ def ensure_ceilings(url: str, *, gpu: bool = True) -> list[str]:
         env = EnvironmentModel.find(s, fp)
         if env is None:
             return []
-        have = set(s.scalars(select(CeilingModel.name).where(
-            CeilingModel.environment_id == env.id)))
+        have = set(
+            s.scalars(select(CeilingModel.name).where(CeilingModel.environment_id == env.id))
+        )
     if BANDWIDTH in have:
         return []
     values = measure_cpu() + (measure_gpu() if gpu else [])

@@ -18,11 +18,27 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ._work import BANDWIDTH, MATMUL, REFERENCE_MODELS
 
-__all__ = ["convergence", "lane_colors", "latency_by_lane", "latency_vs_error", "roofline",
-           "speedup"]
+__all__ = [
+    "convergence",
+    "lane_colors",
+    "latency_by_lane",
+    "latency_vs_error",
+    "roofline",
+    "speedup",
+]
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22", "#d62728", "#7f7f7f"]
+PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#d62728",
+    "#7f7f7f",
+]
 WINNER = "#d4a017"  # gold edge / star
 VENDOR = "#555555"
 BUDGET = "#d62728"
@@ -75,8 +91,10 @@ def _panel_title(row: pd.Series, many_envs: bool) -> str:
 
 def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     """Per region: each lane's best config as a bar (ms), winner starred, vendor as a line."""
-    title = ("Best latency of each lane, per region (shorter is faster)\n"
-             "★ = declared winner (black outline)   ┆ dashed line = vendor library lane")
+    title = (
+        "Best latency of each lane, per region (shorter is faster)\n"
+        "★ = declared winner (black outline)   ┆ dashed line = vendor library lane"
+    )
     if summary.empty:
         return _empty(title, "no regions with passing trials")
     colors = lane_colors(best["lane"])
@@ -88,9 +106,14 @@ def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         b = b.sort_values("latency_ms", ascending=False)  # fastest at the top
         y = np.arange(len(b))
         is_win = (b["lane"] == row["winner"]).to_numpy()
-        ax.barh(y, b["latency_ms"], height=0.7, color=[colors[n] for n in b["lane"]],
-                edgecolor=["black" if w else "none" for w in is_win],
-                linewidth=[2.5 if w else 0 for w in is_win])
+        ax.barh(
+            y,
+            b["latency_ms"],
+            height=0.7,
+            color=[colors[n] for n in b["lane"]],
+            edgecolor=["black" if w else "none" for w in is_win],
+            linewidth=[2.5 if w else 0 for w in is_win],
+        )
         ax.set_yticks(y, [f"★ {n}" if w else n for n, w in zip(b["lane"], is_win)])
         for yi, ms, w in zip(y, b["latency_ms"], is_win):
             text = " " + _fmt_ms(ms)
@@ -149,17 +172,32 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
             ok = g[g["status"] == "ok"]
             bad = g[g["status"] != "ok"]
             ax.scatter(ok["rel_error"], ok["latency_ms"], s=22, color=colors[lane], alpha=0.8)
-            ax.scatter(bad["rel_error"], bad["latency_ms"], s=26, color=colors[lane],
-                       marker="x", alpha=0.8)
+            ax.scatter(
+                bad["rel_error"], bad["latency_ms"], s=26, color=colors[lane], marker="x", alpha=0.8
+            )
         front = _pareto(r[r["status"] == "ok"])
         if len(front) > 1:
-            ax.step(front["rel_error"], front["latency_ms"], where="post", color="black",
-                    lw=0.8, alpha=0.6)
+            ax.step(
+                front["rel_error"],
+                front["latency_ms"],
+                where="post",
+                color="black",
+                lw=0.8,
+                alpha=0.6,
+            )
         ax.axvline(row["budget"], color=BUDGET, ls="--", lw=1.5)
         win = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
         if not win.empty:
-            ax.scatter(win["rel_error"], win["latency_ms"], s=220, marker="*", color=WINNER,
-                       edgecolor="black", linewidth=0.6, zorder=5)
+            ax.scatter(
+                win["rel_error"],
+                win["latency_ms"],
+                s=220,
+                marker="*",
+                color=WINNER,
+                edgecolor="black",
+                linewidth=0.6,
+                zorder=5,
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_ms_axis(ax, r["latency_ms"])
@@ -169,13 +207,15 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     handles = [Line2D([], [], ls="", marker="o", color=c, label=n) for n, c in colors.items()]
     handles += [
         Line2D([], [], ls="", marker="x", color="black", label="failed (wrong/NaN)"),
-        Line2D([], [], ls="", marker="*", ms=14, color=WINNER, markeredgecolor="black",
-               label="winner"),
+        Line2D(
+            [], [], ls="", marker="*", ms=14, color=WINNER, markeredgecolor="black", label="winner"
+        ),
         Line2D([], [], ls="--", color=BUDGET, label="accuracy budget"),
         Line2D([], [], color="black", lw=0.8, label="latency/error front"),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8),
-               frameon=False)
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 8), frameon=False
+    )
     return fig
 
 
@@ -200,11 +240,26 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         if best.notna().any():
             final = best.dropna().iloc[-1]
             first = int(r["trial"][best == final].iloc[0])
-            ax.scatter([first], [final], s=160, marker="*", color=WINNER, edgecolor="black",
-                       linewidth=0.6, zorder=5)
-            ax.text(0.97, 0.93, f"best {_fmt_ms(final)}, found at trial {first} of {len(r)}",
-                    transform=ax.transAxes, ha="right", va="top", fontsize=9,
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+            ax.scatter(
+                [first],
+                [final],
+                s=160,
+                marker="*",
+                color=WINNER,
+                edgecolor="black",
+                linewidth=0.6,
+                zorder=5,
+            )
+            ax.text(
+                0.97,
+                0.93,
+                f"best {_fmt_ms(final)}, found at trial {first} of {len(r)}",
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+            )
             top = ok.quantile(0.9) if ok.notna().sum() > 3 else ok.max()
             ax.set_ylim(0, max(top, row.get("vendor_ms") or 0, final) * 1.25)
         ax.set_xlabel("trial number")
@@ -233,15 +288,28 @@ def speedup(summary: pd.DataFrame) -> Figure:
     ax.axvline(1.0, color=VENDOR, ls="--", lw=1.2)
     ax.set_yticks(y, [_panel_title(r, many) for _, r in s.iterrows()])
     for yi, (_, r) in zip(y, s.iterrows()):
-        ax.text(r["speedup"], yi, f" {r['speedup']:.2f}×  {r['winner']} "
-                f"({_fmt_ms(r['winner_ms'])} vs {r['vendor']} {_fmt_ms(r['vendor_ms'])})",
-                va="center", fontsize=9)
+        ax.text(
+            r["speedup"],
+            yi,
+            f" {r['speedup']:.2f}×  {r['winner']} "
+            f"({_fmt_ms(r['winner_ms'])} vs {r['vendor']} {_fmt_ms(r['vendor_ms'])})",
+            va="center",
+            fontsize=9,
+        )
     ax.set_xlim(0, s["speedup"].max() * 1.9)
     ax.set_xlabel("speed-up over vendor lane (×; dashed line = same speed)")
     missing = summary[summary["speedup"].isna()]["region"].tolist()
     if missing:
-        ax.text(0.99, 0.01, "vendor lane not measured: " + ", ".join(map(str, missing)),
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color=VENDOR)
+        ax.text(
+            0.99,
+            0.01,
+            "vendor lane not measured: " + ", ".join(map(str, missing)),
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color=VENDOR,
+        )
     ax.set_title(title, fontsize=12, fontweight="bold")
     return fig
 
@@ -251,8 +319,9 @@ def _ceiling(ceilings: pd.DataFrame, fingerprint: str, names: tuple[str, ...]) -
     return float(c["value"].max()) if not c.empty else None
 
 
-def roofline(summary: pd.DataFrame, ceilings: pd.DataFrame, *,
-             reference: str | None = None) -> Figure:
+def roofline(
+    summary: pd.DataFrame, ceilings: pd.DataFrame, *, reference: str | None = None
+) -> Figure:
     """Each winner's achieved rate against this machine's measured roof.
 
     Left: FLOP/s against arithmetic intensity (regions with FLOPs); right: achieved GB/s of
@@ -282,30 +351,79 @@ def roofline(summary: pd.DataFrame, ceilings: pd.DataFrame, *,
     ai = f["flops"] / f["bytes"]
     lo = max(min(ai.min() / 4, 0.1), 1e-3) if len(f) else 0.1
     hi = max(ai.max() * 4, 100) if len(f) else 100
+    rates = [
+        r
+        for r in [
+            mm,
+            *(_ceiling(ceilings, fp, (f"gpu_matmul_{p}",)) for p in set(s["precision"].dropna())),
+        ]
+        if r
+    ]
+    if bw and rates:
+        hi = max(hi, 3 * max(rates) / bw)  # show where the roof turns flat
+    if ref:
+        hi = max(hi, 3 * max(ref.flops.values()) / ref.bandwidth)
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
 
     def roof(axis: Axes, bw_: float, mm_: float, style: str, label: str) -> None:
         axis.plot(x, np.minimum(mm_, bw_ * x) / 1e9, style, color="black", lw=1.5, label=label)
 
     if bw and mm:
-        roof(ax, bw, mm, "-", f"measured roof: copy {bw / 1e9:.0f} GB/s, "
-             f"library matmul {mm / 1e9:.0f} GFLOP/s")
+        roof(
+            ax,
+            bw,
+            mm,
+            "-",
+            f"measured roof: copy {bw / 1e9:.0f} GB/s, library matmul {mm / 1e9:.0f} GFLOP/s",
+        )
+    low = sorted(set(s["precision"].dropna()) - {"f32", "tf32"})  # f16/bf16 winners
+    for p in low:
+        rate = _ceiling(ceilings, fp, (f"gpu_matmul_{p}",))
+        if bw and rate:
+            roof(ax, bw, rate, ":", f"measured {p} matmul {rate / 1e9:.0f} GFLOP/s")
     if ref:
-        roof(ax, ref.bandwidth, ref.matmul, "--",
-             f"{ref.name} peak: {ref.bandwidth / 1e9:.0f} GB/s, {ref.matmul / 1e12:.1f} TFLOP/s")
+        roof(
+            ax,
+            ref.bandwidth,
+            ref.matmul,
+            "--",
+            f"{ref.name} peak: {ref.bandwidth / 1e9:.0f} GB/s, {ref.matmul / 1e12:.1f} TFLOP/s f32",
+        )
+        for p in low:
+            if p in ref.flops:
+                roof(
+                    ax,
+                    ref.bandwidth,
+                    ref.flops[p],
+                    "-.",
+                    f"{ref.name} peak {p}: {ref.flops[p] / 1e12:.1f} TFLOP/s",
+                )
     markers = "osD^vP*Xhp<>"
     for i, ((_, r), a) in enumerate(zip(f.iterrows(), ai)):
-        ax.scatter(a, r["gflops"], s=70, marker=markers[i % len(markers)],
-                   color=PALETTE[i % len(PALETTE)], edgecolor="black", zorder=5,
-                   label=f"{r['region']} ({r['winner']}, {r['gflops']:.3g} GFLOP/s)")
+        ax.scatter(
+            a,
+            r["gflops"],
+            s=70,
+            marker=markers[i % len(markers)],
+            color=PALETTE[i % len(PALETTE)],
+            edgecolor="black",
+            zorder=5,
+            label=f"{r['region']} ({r['winner']}, {r['gflops']:.3g} GFLOP/s)",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum traffic)")
     ax.set_ylabel("achieved GFLOP/s")
     ax.set_title("compute: each winner with a matmul vs the roof", fontsize=11)
     if not (bw and mm) and not ref:
-        ax.text(0.5, 0.5, "no ceilings measured for this environment", transform=ax.transAxes,
-                ha="center", color=BUDGET)
+        ax.text(
+            0.5,
+            0.5,
+            "no ceilings measured for this environment",
+            transform=ax.transAxes,
+            ha="center",
+            color=BUDGET,
+        )
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
     b = s.sort_values("gbytes_s")
@@ -315,8 +433,14 @@ def roofline(summary: pd.DataFrame, ceilings: pd.DataFrame, *,
     top = b["gbytes_s"].max()
     if bw:
         bx.axvline(bw / 1e9, color="black", lw=1.5)
-        bx.text(bw / 1e9, -0.9, f"measured copy bandwidth {bw / 1e9:.0f} GB/s ", fontsize=8,
-                va="center", ha="right")
+        bx.text(
+            bw / 1e9,
+            -0.9,
+            f"measured copy bandwidth {bw / 1e9:.0f} GB/s ",
+            fontsize=8,
+            va="center",
+            ha="right",
+        )
         bx.set_ylim(-1.3, len(b) - 0.4)
         top = max(top, bw / 1e9)
         for yi, g in zip(y, b["gbytes_s"]):

@@ -43,9 +43,27 @@ __all__ = [
 VENDOR_LANES = {"cpu": ("numpy",), "cuda": ("torch",), "rocm": ("torch",)}
 
 TRIAL_COLUMNS = [
-    "region", "region_key", "kind", "environment", "lane", "platform", "config", "precision",
-    "status", "latency_ms", "spread_ms", "rel_error", "max_abs", "budget", "timing_method",
-    "compile_s", "measurement", "trial", "measured_at", "fingerprint", "candidate_id",
+    "region",
+    "region_key",
+    "kind",
+    "environment",
+    "lane",
+    "platform",
+    "config",
+    "precision",
+    "status",
+    "latency_ms",
+    "spread_ms",
+    "rel_error",
+    "max_abs",
+    "budget",
+    "timing_method",
+    "compile_s",
+    "measurement",
+    "trial",
+    "measured_at",
+    "fingerprint",
+    "candidate_id",
 ]
 
 
@@ -68,13 +86,17 @@ def open_records(url: str) -> None:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         path = Path(url.removeprefix("sqlite:///"))
         if not path.is_file():
-            raise StoreError(f"no database at {path} (run `arbiter tune SPEC` first, "
-                             f"or pass --db / set ARBITER_DB)")
+            raise StoreError(
+                f"no database at {path} (run `arbiter tune SPEC` first, "
+                f"or pass --db / set ARBITER_DB)"
+            )
     require_current(url, create=False)
     with session_scope(url) as s:
         if s.scalars(select(MeasurementModel.id).limit(1)).first() is None:
-            raise StoreError(f"database {url} holds no measurements yet "
-                             f"(run `arbiter tune SPEC --db {url}` first)")
+            raise StoreError(
+                f"database {url} holds no measurements yet "
+                f"(run `arbiter tune SPEC --db {url}` first)"
+            )
 
 
 def _config_text(config: dict) -> str:
@@ -107,17 +129,31 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
     with session_scope(url) as s:
         for m, c, r, e, lane in s.execute(q):
             config = c.config_dict()
-            rows.append({
-                "region": r.name or r.key, "region_key": r.key, "kind": r.kind,
-                "environment": environment_label(e.details), "lane": lane.name,
-                "platform": lane.platform, "config": _config_text(config),
-                "precision": config.get("precision", "f32"), "status": m.status,
-                "latency_ms": _ms(m.median), "spread_ms": _ms(m.spread),
-                "rel_error": m.rel_error, "max_abs": m.max_abs, "budget": m.budget,
-                "timing_method": m.timing_method, "compile_s": m.compile_seconds,
-                "measurement": m.kind, "trial": 0, "measured_at": m.created_at,
-                "fingerprint": e.fingerprint, "candidate_id": c.id,
-            })
+            rows.append(
+                {
+                    "region": r.name or r.key,
+                    "region_key": r.key,
+                    "kind": r.kind,
+                    "environment": environment_label(e.details),
+                    "lane": lane.name,
+                    "platform": lane.platform,
+                    "config": _config_text(config),
+                    "precision": config.get("precision", "f32"),
+                    "status": m.status,
+                    "latency_ms": _ms(m.median),
+                    "spread_ms": _ms(m.spread),
+                    "rel_error": m.rel_error,
+                    "max_abs": m.max_abs,
+                    "budget": m.budget,
+                    "timing_method": m.timing_method,
+                    "compile_s": m.compile_seconds,
+                    "measurement": m.kind,
+                    "trial": 0,
+                    "measured_at": m.created_at,
+                    "fingerprint": e.fingerprint,
+                    "candidate_id": c.id,
+                }
+            )
     df = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     df["rel_error"] = df["rel_error"].astype(float)
     df["max_abs"] = df["max_abs"].astype(float)
@@ -126,9 +162,23 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
 
 
 WINNER_COLUMNS = [
-    "region", "region_key", "environment", "budget", "lane", "config", "precision",
-    "latency_ms", "spread_ms", "rel_error", "tie", "runner_up", "runner_up_config",
-    "margin_ms", "declared_at", "fingerprint", "candidate_id",
+    "region",
+    "region_key",
+    "environment",
+    "budget",
+    "lane",
+    "config",
+    "precision",
+    "latency_ms",
+    "spread_ms",
+    "rel_error",
+    "tie",
+    "runner_up",
+    "runner_up_config",
+    "margin_ms",
+    "declared_at",
+    "fingerprint",
+    "candidate_id",
 ]
 
 
@@ -137,8 +187,15 @@ def winners(url: str) -> pd.DataFrame:
     runner = aliased(CandidateModel)
     runner_lane = aliased(LaneModel)
     q = (
-        select(WinnerModel, CandidateModel, LaneModel, RegionModel, EnvironmentModel,
-               runner, runner_lane)
+        select(
+            WinnerModel,
+            CandidateModel,
+            LaneModel,
+            RegionModel,
+            EnvironmentModel,
+            runner,
+            runner_lane,
+        )
         .join(CandidateModel, WinnerModel.candidate_id == CandidateModel.id)
         .join(LaneModel, CandidateModel.lane_id == LaneModel.id)
         .join(RegionModel, WinnerModel.region_id == RegionModel.id)
@@ -151,18 +208,27 @@ def winners(url: str) -> pd.DataFrame:
     with session_scope(url) as s:
         for w, c, lane, r, e, ru, ru_lane in s.execute(q):
             config = c.config_dict()
-            rows.append({
-                "region": r.name or r.key, "region_key": r.key,
-                "environment": environment_label(e.details), "budget": w.budget,
-                "lane": lane.name, "config": _config_text(config),
-                "precision": config.get("precision", "f32"),
-                "latency_ms": _ms(w.median), "spread_ms": _ms(w.spread),
-                "rel_error": w.rel_error, "tie": bool(w.tie),
-                "runner_up": ru_lane.name if ru_lane is not None else None,
-                "runner_up_config": _config_text(ru.config_dict()) if ru is not None else None,
-                "margin_ms": _ms(w.margin), "declared_at": w.created_at,
-                "fingerprint": e.fingerprint, "candidate_id": c.id,
-            })
+            rows.append(
+                {
+                    "region": r.name or r.key,
+                    "region_key": r.key,
+                    "environment": environment_label(e.details),
+                    "budget": w.budget,
+                    "lane": lane.name,
+                    "config": _config_text(config),
+                    "precision": config.get("precision", "f32"),
+                    "latency_ms": _ms(w.median),
+                    "spread_ms": _ms(w.spread),
+                    "rel_error": w.rel_error,
+                    "tie": bool(w.tie),
+                    "runner_up": ru_lane.name if ru_lane is not None else None,
+                    "runner_up_config": _config_text(ru.config_dict()) if ru is not None else None,
+                    "margin_ms": _ms(w.margin),
+                    "declared_at": w.created_at,
+                    "fingerprint": e.fingerprint,
+                    "candidate_id": c.id,
+                }
+            )
     return pd.DataFrame(rows, columns=WINNER_COLUMNS)
 
 
@@ -172,21 +238,56 @@ def best_per_lane(trial_frame: pd.DataFrame) -> pd.DataFrame:
     idx = ok.groupby(["region_key", "fingerprint", "lane"])["latency_ms"].idxmin()
     best = ok.loc[idx].sort_values(["region", "environment", "latency_ms"])
     best = best.assign(vendor=[_is_vendor(n, p) for n, p in zip(best["lane"], best["platform"])])
-    cols = ["region", "region_key", "environment", "fingerprint", "lane", "platform", "vendor",
-            "config", "precision", "latency_ms", "spread_ms", "rel_error", "budget",
-            "candidate_id"]
+    cols = [
+        "region",
+        "region_key",
+        "environment",
+        "fingerprint",
+        "lane",
+        "platform",
+        "vendor",
+        "config",
+        "precision",
+        "latency_ms",
+        "spread_ms",
+        "rel_error",
+        "budget",
+        "candidate_id",
+    ]
     return best[cols].reset_index(drop=True)
 
 
 SUMMARY_COLUMNS = [
-    "region", "region_key", "kind", "environment", "trials", "ok", "lanes", "budget",
-    "winner", "platform", "winner_config", "winner_ms", "winner_rel_error", "declared", "tie",
-    "vendor", "vendor_ms", "speedup", "flops", "bytes", "gflops", "gbytes_s", "fingerprint",
+    "region",
+    "region_key",
+    "kind",
+    "environment",
+    "trials",
+    "ok",
+    "lanes",
+    "budget",
+    "winner",
+    "platform",
+    "precision",
+    "winner_config",
+    "winner_ms",
+    "winner_rel_error",
+    "declared",
+    "tie",
+    "vendor",
+    "vendor_ms",
+    "speedup",
+    "flops",
+    "bytes",
+    "gflops",
+    "gbytes_s",
+    "fingerprint",
 ]
 
 
-def summary(url: str, trial_frame: pd.DataFrame | None = None,
-            winner_frame: pd.DataFrame | None = None) -> pd.DataFrame:
+def summary(
+    url: str, trial_frame: pd.DataFrame | None = None, winner_frame: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per (region, environment): winner, vendor lane, speed-up, achieved rates.
 
     Latencies are the search's own medians (one timing method on both sides of the speed-up).
@@ -203,11 +304,17 @@ def summary(url: str, trial_frame: pd.DataFrame | None = None,
         declared = w[(w["region_key"] == key) & (w["fingerprint"] == fp)]
         first = group.iloc[0]
         row = {
-            "region": first["region"], "region_key": key, "kind": first["kind"],
-            "environment": first["environment"], "fingerprint": fp,
-            "trials": len(group), "ok": int((group["status"] == "ok").sum()),
-            "lanes": group["lane"].nunique(), "budget": group["budget"].iloc[-1],
-            "declared": not declared.empty, "tie": False,
+            "region": first["region"],
+            "region_key": key,
+            "kind": first["kind"],
+            "environment": first["environment"],
+            "fingerprint": fp,
+            "trials": len(group),
+            "ok": int((group["status"] == "ok").sum()),
+            "lanes": group["lane"].nunique(),
+            "budget": group["budget"].iloc[-1],
+            "declared": not declared.empty,
+            "tie": False,
         }
         win = None
         if not declared.empty:
@@ -215,14 +322,24 @@ def summary(url: str, trial_frame: pd.DataFrame | None = None,
             row["tie"], row["budget"] = bool(d["tie"]), d["budget"]
             sweep = group[group["candidate_id"] == d["candidate_id"]]
             win = sweep.iloc[0] if not sweep.empty else None
-            row.update(winner=d["lane"], winner_config=d["config"],
-                       platform=win["platform"] if win is not None else None,
-                       winner_rel_error=d["rel_error"],
-                       winner_ms=win["latency_ms"] if win is not None else d["latency_ms"])
+            row.update(
+                winner=d["lane"],
+                winner_config=d["config"],
+                platform=win["platform"] if win is not None else None,
+                precision=d["precision"],
+                winner_rel_error=d["rel_error"],
+                winner_ms=win["latency_ms"] if win is not None else d["latency_ms"],
+            )
         elif not lanes_best.empty:
             win = lanes_best.iloc[0]
-            row.update(winner=win["lane"], winner_config=win["config"], platform=win["platform"],
-                       winner_ms=win["latency_ms"], winner_rel_error=win["rel_error"])
+            row.update(
+                winner=win["lane"],
+                winner_config=win["config"],
+                platform=win["platform"],
+                precision=win["precision"],
+                winner_ms=win["latency_ms"],
+                winner_rel_error=win["rel_error"],
+            )
         vendors = lanes_best[lanes_best["vendor"]]
         if row.get("winner") is not None and not vendors.empty:
             platform = win["platform"] if win is not None else None
@@ -243,12 +360,25 @@ def summary(url: str, trial_frame: pd.DataFrame | None = None,
 
 def ceilings(url: str) -> pd.DataFrame:
     """Measured ceilings per environment (value in the stored unit: B/s or FLOP/s)."""
-    q = (select(CeilingModel, EnvironmentModel)
-         .join(EnvironmentModel, CeilingModel.environment_id == EnvironmentModel.id)
-         .order_by(EnvironmentModel.id, CeilingModel.name))
+    q = (
+        select(CeilingModel, EnvironmentModel)
+        .join(EnvironmentModel, CeilingModel.environment_id == EnvironmentModel.id)
+        .order_by(EnvironmentModel.id, CeilingModel.name)
+    )
     with session_scope(url) as s:
-        rows = [{"environment": environment_label(e.details), "fingerprint": e.fingerprint,
-                 "name": c.name, "value": c.value, "unit": c.unit, "method": c.method,
-                 "measured_at": c.measured_at} for c, e in s.execute(q)]
-    return pd.DataFrame(rows, columns=["environment", "fingerprint", "name", "value", "unit",
-                                       "method", "measured_at"])
+        rows = [
+            {
+                "environment": environment_label(e.details),
+                "fingerprint": e.fingerprint,
+                "name": c.name,
+                "value": c.value,
+                "unit": c.unit,
+                "method": c.method,
+                "measured_at": c.measured_at,
+            }
+            for c, e in s.execute(q)
+        ]
+    return pd.DataFrame(
+        rows,
+        columns=["environment", "fingerprint", "name", "value", "unit", "method", "measured_at"],
+    )

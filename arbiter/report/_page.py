@@ -20,30 +20,50 @@ __all__ = ["FIGURES", "Report", "build_report", "write_report"]
 
 # file stem -> (caption, how to read it)
 FIGURES = {
-    "latency_by_lane": ("Best latency per lane",
-                        "Each panel is one region; bars are each lane's fastest passing config. "
-                        "The gold-outlined bar (★) is the declared winner; the dashed line is "
-                        "the vendor library lane."),
-    "speedup": ("Fused vs unfused",
-                "How much faster the winner is than the vendor lane's eager chain "
-                "(one library call per op). 1× means fusing bought nothing."),
-    "latency_vs_error": ("Latency vs error",
-                         "Every timed trial. Points left of the red budget line pass; the black "
-                         "step is the front a different budget would pick from without "
-                         "re-measuring."),
-    "convergence": ("Search convergence",
-                    "Best passing latency found so far against trial number. A long flat tail "
-                    "means the search had converged."),
-    "roofline": ("Roofline position",
-                 "Achieved FLOP/s and GB/s of each winner against this machine's measured "
-                 "copy bandwidth and matmul rate (and a named reference model's peaks)."),
+    "latency_by_lane": (
+        "Best latency per lane",
+        "Each panel is one region; bars are each lane's fastest passing config. "
+        "The gold-outlined bar (★) is the declared winner; the dashed line is "
+        "the vendor library lane.",
+    ),
+    "speedup": (
+        "Fused vs unfused",
+        "How much faster the winner is than the vendor lane's eager chain "
+        "(one library call per op). 1× means fusing bought nothing.",
+    ),
+    "latency_vs_error": (
+        "Latency vs error",
+        "Every timed trial. Points left of the red budget line pass; the black "
+        "step is the front a different budget would pick from without "
+        "re-measuring.",
+    ),
+    "convergence": (
+        "Search convergence",
+        "Best passing latency found so far against trial number. A long flat tail "
+        "means the search had converged.",
+    ),
+    "roofline": (
+        "Roofline position",
+        "Achieved FLOP/s and GB/s of each winner against this machine's measured "
+        "copy bandwidth and matmul rate (and a named reference model's peaks).",
+    ),
 }
 
 WINNER_TABLE = {
-    "region": "region", "winner": "winner", "winner_config": "config",
-    "winner_ms": "latency (ms)", "winner_rel_error": "rel. error", "budget": "budget",
-    "vendor": "vendor lane", "vendor_ms": "vendor (ms)", "speedup": "speed-up (×)",
-    "gbytes_s": "GB/s", "gflops": "GFLOP/s", "trials": "trials", "environment": "environment",
+    "region": "region",
+    "winner": "winner",
+    "winner_config": "config",
+    "precision": "precision",
+    "winner_ms": "latency (ms)",
+    "winner_rel_error": "rel. error",
+    "budget": "budget",
+    "vendor": "vendor lane",
+    "vendor_ms": "vendor (ms)",
+    "speedup": "speed-up (×)",
+    "gbytes_s": "GB/s",
+    "gflops": "GFLOP/s",
+    "trials": "trials",
+    "environment": "environment",
 }
 
 
@@ -96,15 +116,19 @@ def _fmt(v: object) -> str:
 def _markdown(table: pd.DataFrame) -> str:
     head = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |"
-            for row in table.itertuples(index=False)]
+    body = [
+        "| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |"
+        for row in table.itertuples(index=False)
+    ]
     return "\n".join([head, rule, *body])
 
 
 def _html_table(table: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-                   for row in table.itertuples(index=False))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+        for row in table.itertuples(index=False)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -117,14 +141,22 @@ text-align:left}img{max-width:100%;border:1px solid #eee}p.how{color:#555;max-wi
 def _overview(rep: Report) -> list[str]:
     s, t = rep.summary, rep.trials
     envs = ", ".join(sorted(s["environment"].unique()))
-    return [f"{len(s)} regions, {len(t)} trials ({int((t['status'] == 'ok').sum())} passed), "
-            f"lanes: {', '.join(sorted(t['lane'].unique()))}",
-            f"machine: {envs}",
-            f"records: {rep.url} (report written {datetime.now():%Y-%m-%d %H:%M})"]
+    return [
+        f"{len(s)} regions, {len(t)} trials ({int((t['status'] == 'ok').sum())} passed), "
+        f"lanes: {', '.join(sorted(t['lane'].unique()))}",
+        f"machine: {envs}",
+        f"records: {rep.url} (report written {datetime.now():%Y-%m-%d %H:%M})",
+    ]
 
 
-def write_report(url: str, out_dir: str | Path, *, fmt: str = "html",
-                 reference: str | None = None, dpi: int = 110) -> dict[str, Path]:
+def write_report(
+    url: str,
+    out_dir: str | Path,
+    *,
+    fmt: str = "html",
+    reference: str | None = None,
+    dpi: int = 110,
+) -> dict[str, Path]:
     """Write `<stem>.png` for every figure and `report.html` / `report.md`; returns the paths."""
     if fmt not in ("html", "md"):
         raise ValueError(f"format must be html or md, got {fmt!r}")
@@ -138,21 +170,34 @@ def write_report(url: str, out_dir: str | Path, *, fmt: str = "html",
         written[stem] = path
     table = winner_table(rep.summary)
     if fmt == "md":
-        parts = ["# Arbiter latency report", "", *(f"- {line}" for line in _overview(rep)),
-                 "", "## Winners", "", _markdown(table), ""]
+        parts = [
+            "# Arbiter latency report",
+            "",
+            *(f"- {line}" for line in _overview(rep)),
+            "",
+            "## Winners",
+            "",
+            _markdown(table),
+            "",
+        ]
         for stem, (caption, how) in FIGURES.items():
             parts += [f"## {caption}", "", how, "", f"![{caption}]({stem}.png)", ""]
         page = out / "report.md"
         page.write_text("\n".join(parts))
     else:
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
-                 f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
-                 "<h1>Arbiter latency report</h1><ul>",
-                 *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
-                 "</ul><h2>Winners</h2>", _html_table(table)]
+        parts = [
+            f"<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
+            "<h1>Arbiter latency report</h1><ul>",
+            *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
+            "</ul><h2>Winners</h2>",
+            _html_table(table),
+        ]
         for stem, (caption, how) in FIGURES.items():
-            parts += [f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
-                      f"<img src='{stem}.png' alt='{html.escape(caption)}'>"]
+            parts += [
+                f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
+                f"<img src='{stem}.png' alt='{html.escape(caption)}'>",
+            ]
         parts.append("</body></html>")
         page = out / "report.html"
         page.write_text("\n".join(parts))

@@ -67,7 +67,9 @@ def work(region: Region) -> Work:
 
 
 _KINDS: dict[str, type] = {
-    "fused": FusedRegion, "rowwise": RowwiseRegion, "attention": AttentionRegion,
+    "fused": FusedRegion,
+    "rowwise": RowwiseRegion,
+    "attention": AttentionRegion,
 }
 
 

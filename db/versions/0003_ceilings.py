@@ -19,8 +19,12 @@ def upgrade() -> None:
     op.create_table(
         "ceilings",
         sa.Column("id", sa.Integer, primary_key=True),
-        sa.Column("environment_id", sa.Integer,
-                  sa.ForeignKey("environments.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "environment_id",
+            sa.Integer,
+            sa.ForeignKey("environments.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("name", sa.String(64), nullable=False),
         sa.Column("value", sa.Float, nullable=False),
         sa.Column("unit", sa.String(16), nullable=False),
