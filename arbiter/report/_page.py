@@ -57,6 +57,7 @@ WINNER_TABLE = {
     "winner_ms": "latency (ms)",
     "winner_rel_error": "rel. error",
     "budget": "budget",
+    "tie": "tie",
     "vendor": "vendor lane",
     "vendor_ms": "vendor (ms)",
     "speedup": "speed-up (×)",
