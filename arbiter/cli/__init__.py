@@ -23,6 +23,7 @@ COMMANDS = {
     "tune": ("tune", "search lanes and configs for every region and record the winners"),
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),
+    "emit": ("emit", "print a lane's generated source (or ISA / PTX / asm with --asm)"),
 }
 
 

@@ -12,7 +12,7 @@ from arbiter.lanes._gpu.build import device_asm, isa_resources
 from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.hip_scalar import lane
 
-from arbiter import RowwiseRegion
+from arbiter import AttentionRegion, FusedRegion, RowwiseRegion
 from arbiter._spec import load_spec
 from arbiter._values import Platform
 
@@ -52,8 +52,10 @@ def _variants():
     the config holding the most row values per thread.
     """
     full = os.environ.get("ARBITER_GATE_FULL") == "1"
-    regions = [r for r in load_spec(EXAMPLES) if lane.applies_to(r) is None]
-    fused = [r for r in regions if not isinstance(r, RowwiseRegion)]
+    # attention has its own gate: tests/lanes/test_hip_scalar_attention.py
+    regions = [r for r in load_spec(EXAMPLES)
+               if lane.applies_to(r) is None and not isinstance(r, AttentionRegion)]
+    fused = [r for r in regions if isinstance(r, FusedRegion)]
     rowwise = [r for r in regions if isinstance(r, RowwiseRegion)] + list(EXTRA_ROWWISE)
     out = []
     if full:
@@ -121,7 +123,7 @@ def test_every_variant_compiles_to_gfx1151(gfx_isa):
     for name, config, asm in gfx_isa:
         assert ".amdgcn_target \"amdgcn-amd-amdhsa--gfx1151" in asm, (name, config)
         kernels = isa_resources(asm)
-        assert any("row_kernel" in k or "gemm_kernel" in k for k in kernels), (name, config)
+        assert any("arb_poison" not in k for k in kernels), (name, config)
 
 
 def test_no_spills_or_scratch(gfx_isa):
@@ -148,3 +150,27 @@ def test_every_variant_compiles_to_ptx():
     for name, config, ptx in _compile_all(Platform.CUDA):
         assert ".target sm_90" in ptx, (name, config)
         assert ".entry" in ptx, (name, config)
+
+
+def test_cli_emit_source_isa_ptx_and_errors(capsys):
+    from arbiter.cli import main as cli
+
+    spec = str(EXAMPLES)
+    assert cli(["emit", spec, "mm_bias_softmax", "--lane", "hip_scalar",
+                "--config", "tile=128x64", "--config", "micro=8x4"]) == 0
+    text = capsys.readouterr().out
+    region = load_spec(EXAMPLES).get("mm_bias_softmax")
+    assert region.key in text and "tile=128x64" in text and "row_kernel" in text
+    if toolchain().clang:
+        assert cli(["emit", spec, "row_gelu_residual", "--lane", "hip_scalar", "--asm",
+                    "--platform", "rocm", "--arch", "gfx1151"]) == 0
+        assert "; NumVgprs:" in capsys.readouterr().out
+    if toolchain().nvcc:
+        assert cli(["emit", spec, "row_gelu_residual", "--lane", "hip_scalar", "--asm",
+                    "--platform", "cuda"]) == 0
+        assert ".target sm_90" in capsys.readouterr().out
+    assert cli(["emit", spec, "mm_relu", "--lane", "numpy", "--asm"]) == 2
+    assert cli(["emit", spec, "mm_relu", "--lane", "hip_scalar", "--config", "tile=7x7"]) == 2
+    assert cli(["emit", spec, "mm_relu", "--lane", "hip_scalar", "--asm",
+                "--arch", "gfx1151;x"]) == 2
+    assert "not a rocm arch" in capsys.readouterr().err
