@@ -164,18 +164,25 @@ def _open_study(url: str, name: str, sampler: Any) -> Any:
 
 def _sync(study: Any, p: Plan, budget: float) -> None:
     """Tell the study every recorded candidate it does not know yet."""
-    import optuna
     from optuna.trial import TrialState
 
     known = {t.user_attrs.get(ATTR, {}).get("candidate")
              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    for (lane, _), r in p.measured.items():
-        if r.candidate_id in known or p.spaces[lane].violation(r.config) is not None:
-            continue
-        value, attrs = _objective(r, budget)
-        study.add_trial(optuna.trial.create_trial(
-            params=_params(lane, r.config), distributions=_distributions(p, lane), value=value,
-            user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
+    for r in list(p.measured.values()):
+        if r.candidate_id not in known:
+            _add(study, p, r, budget)
+
+
+def _add(study: Any, p: Plan, r: Result, budget: float) -> None:
+    """Tell the study a recorded result as a finished trial (no sampling involved)."""
+    import optuna
+
+    if p.spaces[r.lane].violation(r.config) is not None:
+        return  # outside the space's distributions; recorded as invalid in our tables only
+    value, attrs = _objective(r, budget)
+    study.add_trial(optuna.trial.create_trial(
+        params=_params(r.lane, r.config), distributions=_distributions(p, r.lane), value=value,
+        user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
 
 
 def _pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
@@ -243,9 +250,15 @@ def tune_region(
         rng = random.Random(seed)
         pool = _pool(p, rng)
         dupes = asks = 0
+        while enumerate_all and p.needed > 0:
+            # nothing to sample: measure what is left and tell the study as finished trials
+            pick = _unmeasured(p, pool, rng)
+            if pick is None:
+                break
+            _add(study, p, measure(*pick), budget)
         while p.needed > 0 and asks < 5 * p.target + 100:
             asks += 1
-            if enumerate_all or dupes >= DUPES_BEFORE_ENUM:
+            if dupes >= DUPES_BEFORE_ENUM:
                 pick = _unmeasured(p, pool, rng)
                 if pick is None:
                     break
