@@ -153,6 +153,15 @@ def _open_study(url: str, name: str, sampler: Any) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(
         url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+    if url.startswith("sqlite"):
+        # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
+        # commit; a killed process still loses nothing committed)
+        from sqlalchemy import event
+
+        from ._store.session import _sqlite_pragmas
+
+        event.listen(storage.engine, "connect", _sqlite_pragmas)
+        storage.engine.dispose()
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     # a RUNNING trial left by a killed sweep never finishes; its result (if it got that far)
