@@ -4,7 +4,7 @@ built by nvcc for NVIDIA or hipcc/clang for AMD from the same text, run through 
 from __future__ import annotations
 
 from arbiter._errors import EmitError
-from arbiter._region import FusedRegion, Region, RowwiseRegion
+from arbiter._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
 from arbiter._values import (
     Artifact,
     Availability,
@@ -19,6 +19,7 @@ from arbiter._values import (
 from .._gpu.build import gpu_build
 from .._gpu.detect import gpu_platform, platform_report
 from .._gpu.runner import GpuRunner
+from .attention import attention_space, emit_attention
 from .emit import REG_BUDGET, emit, items_per_thread, parse_pair
 
 __all__ = ["HipScalarLane", "lane"]
@@ -123,18 +124,20 @@ class HipScalarLane:
         return Availability(ok, why)
 
     def applies_to(self, region: Region) -> str | None:
-        if isinstance(region, (FusedRegion, RowwiseRegion)):
-            return None
-        return "attention regions are the fa2 lane's"
+        return None
 
     def space(self, region: Region) -> Space:
         if isinstance(region, FusedRegion):
             return _fused_space(region)
         if isinstance(region, RowwiseRegion):
             return _rowwise_space(region)
+        if isinstance(region, AttentionRegion):
+            return attention_space(region)
         raise EmitError(f"{self.name}: no space for {region.kind} regions")
 
     def emit(self, region: Region, config: Config) -> KernelSource:
+        if isinstance(region, AttentionRegion):
+            return emit_attention(region, config, self.name)
         return emit(region, config)
 
     def build(self, source: KernelSource) -> Artifact:
