@@ -104,7 +104,8 @@ def sass_report(path: str) -> dict:
     try:
         res = subprocess.run(["cuobjdump", "--dump-resource-usage", path], capture_output=True,
                              text=True, timeout=120).stdout
-        m = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", res)
+        res = res.split("fa2_forward", 1)[-1]  # the kernel's line, not arb_poison_kernel's
+        m = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", res, re.S)
         if m:
             rep.update(reg=int(m.group(1)), stack=int(m.group(2)), local=int(m.group(4)))
         sass = subprocess.run(["cuobjdump", "--dump-sass", path], capture_output=True,
