@@ -157,7 +157,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer configs and rounds (smoke run)")
     ap.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md")
     args = ap.parse_args()
-    n_cfg, rounds = (3, 2) if args.quick else (10, 5)
+    n_cfg, rounds = (3, 2) if args.quick else (16, 5)
     t_start = time.time()
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as cache:

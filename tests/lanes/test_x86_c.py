@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from arbiter import (
-    AttentionRegion,
-    EmitError,
     FusedRegion,
     InputError,
     Measurement,
@@ -203,10 +201,3 @@ def test_generated_c_is_readable(lane):
     assert "int arbiter_run(const float* const* in, float* out, float* work)" in text
     assert "#pragma omp simd reduction(+:row_sq)" in text
     assert "static inline float prologue(float x)" in text
-
-
-def test_attention_is_declined_with_a_reason(lane):
-    region = AttentionRegion(1, 1, 16, 16)
-    assert lane.applies_to(region)
-    with pytest.raises(EmitError):
-        lane.emit(region, lane.space(region).default)
