@@ -143,11 +143,13 @@ __device__ __forceinline__ void arb_frag_zero(arb_frag_acc& c) {
 
 __device__ __forceinline__ void arb_frag_mma(arb_frag_acc& c, const arb_frag_a& a,
                                              const arb_frag_b& b) {
-    asm volatile(ARB_FRAG_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    /* not volatile: a pure register op, so the compiler may interleave it with the next
+     * k-step's ldmatrix (which stays volatile: it reads shared memory behind barriers) */
+    asm(ARB_FRAG_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
                  : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
                  : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
-    asm volatile(ARB_FRAG_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    asm(ARB_FRAG_MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
                  : "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7])
                  : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2]), "r"(b.r[3]));

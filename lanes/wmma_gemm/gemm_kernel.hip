@@ -319,6 +319,25 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_kernel(
     for (int i = 0; i < FM; ++i)
 #pragma unroll
         for (int j = 0; j < FN; ++j)
+#if defined(ARB_FRAG_BACKEND_MMA_SYNC)
+            /* x[v], x[v+1] are adjacent columns: one 8-byte store when N is even */
+#pragma unroll
+            for (int v = 0; v < 8; v += 2) {
+                const int r = m0 + wm * GEMM_WM + i * 16 + arb_acc_row(v);
+                const int c = n0 + wn * GEMM_WN + j * 16 + arb_acc_col(v);
+                if (r >= GEMM_M) continue;
+                const float y0 = c < GEMM_N ? arb_epilogue(acc[i][j].x[v], r, c, bias, res) : 0.f;
+                const float y1 =
+                    c + 1 < GEMM_N ? arb_epilogue(acc[i][j].x[v + 1], r, c + 1, bias, res) : 0.f;
+                float* dst = out + (size_t)r * GEMM_N + c;
+                if (GEMM_N % 2 == 0 && c + 1 < GEMM_N) {
+                    *reinterpret_cast<float2*>(dst) = make_float2(y0, y1);
+                } else {
+                    if (c < GEMM_N) dst[0] = y0;
+                    if (c + 1 < GEMM_N) dst[1] = y1;
+                }
+            }
+#else
 #pragma unroll
             for (int v = 0; v < 8; ++v) {
                 const int r = m0 + wm * GEMM_WM + i * 16 + arb_acc_row(v);
@@ -326,6 +345,7 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_kernel(
                 if (r < GEMM_M && c < GEMM_N)
                     out[(size_t)r * GEMM_N + c] = arb_epilogue(acc[i][j].x[v], r, c, bias, res);
             }
+#endif
 }
 
 /* ---- host side: the runner ABI's launch ----------------------------------------------- */
@@ -348,6 +368,13 @@ static hipError_t arb_launch(const float* const* in, float* out, hipStream_t str
     const arb_op_t* B16 = NULL;
     hipError_t e;
 #if GEMM_PREPASS
+    /* GEMM_BENCH_SKIP_CONVERT (bench/gemm.py only, never emitted): convert on the first launch
+     * only, so timing shows the GEMM without its prepass. Results are then stale. */
+#if defined(GEMM_BENCH_SKIP_CONVERT)
+    const bool convert = gemm_workspace == NULL;
+#else
+    const bool convert = true;
+#endif
     if (gemm_workspace == NULL) {
         const size_t elems = (size_t)MP * KP + (size_t)KP * NP;
         if ((e = hipMalloc((void**)&gemm_workspace, elems * sizeof(arb_op_t))) != hipSuccess)
@@ -355,7 +382,7 @@ static hipError_t arb_launch(const float* const* in, float* out, hipStream_t str
     }
     A16 = gemm_workspace;
     B16 = gemm_workspace + (size_t)MP * KP;
-    {
+    if (convert) {
         const long long ca = (long long)MP * (KP / 8), cb = (long long)KP * (NP / 8);
         const int ga = (int)((ca + CONVERT_THREADS - 1) / CONVERT_THREADS);
         const int gb = (int)((cb + CONVERT_THREADS - 1) / CONVERT_THREADS);
