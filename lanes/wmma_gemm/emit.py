@@ -135,7 +135,8 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         f" * region key: {r.key}",
         f" * region:     {r.describe()} eps={r.eps!r}",
         f" * config:     {config}",
-        f" * target:     {platform.value}; shared memory {smem} bytes per block",
+        f" * emitted on: {platform.value} (the text is the same for rocm and cuda); "
+        f"shared memory {smem} bytes per block",
         " * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
         "kernel.cu -o kernel.so",
         " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
