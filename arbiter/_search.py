@@ -41,7 +41,12 @@ def _tpe(seed: int | None, **kw: Any) -> Any:
 
 
 def _gp(seed: int | None) -> Any:
+    import importlib.util
+
     from optuna.samplers import GPSampler
+
+    if importlib.util.find_spec("torch") is None:  # optuna imports it only at the first trial
+        raise ImportError("No module named 'torch'")
 
     return GPSampler(seed=seed, constraints_func=constraint_of)
 
@@ -54,8 +59,9 @@ def _random(seed: int | None) -> Any:
 
 # name -> factory(seed); built lazily so `arbiter --help` never imports optuna
 SAMPLERS: dict[str, Callable[[int | None], Any]] = {
-    "tpe": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=5),
-    "tpe-startup10": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=10),
+    # default by measurement (BENCHMARKS.md, "Arbiter overhead and samplers")
+    "tpe": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=10),
+    "tpe-startup5": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=5),
     "tpe-independent": lambda s: _tpe(s, n_startup_trials=5),
     "gp": _gp,
     "random": _random,

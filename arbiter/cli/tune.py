@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds one candidate may take to build, check and time (default 60)")
     p.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
-    p.add_argument("--sampler", help="tpe (default), tpe-startup10, tpe-independent, gp, random")
+    p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
