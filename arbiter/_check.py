@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import traceback
+from functools import lru_cache
 
 import numpy as np
 
@@ -36,16 +37,32 @@ def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Me
         return Measurement(Status.COMPILE_FAILED, log=f"{e}\n{e.log}")
 
 
+@lru_cache(maxsize=6)
+def cached_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs, read-only so an in-process lane cannot alter what the next is checked on."""
+    arrays = random_inputs(region, seed)
+    for a in arrays.values():
+        a.flags.writeable = False
+    return arrays
+
+
+@lru_cache(maxsize=4)
+def cached_reference(region: Region, seed: int) -> np.ndarray:
+    # A sweep draws its seeds once, so the float64 oracle (seconds for a large region) runs
+    # once per region and seed in a worker, not once per candidate.
+    return reference(region, cached_inputs(region, seed))
+
+
 def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> tuple[Verdict, str]:
     """Run on each seed's inputs into a poisoned output; the worst verdict wins."""
     worst: Verdict | None = None
     log = []
     for seed in seeds:
-        inputs = random_inputs(region, seed)
+        inputs = cached_inputs(region, seed)
         out = np.empty(output_shape(region), np.float32)
         poison(out)
         runner.run(inputs, out)
-        v = compare(out, reference(region, inputs), budget)
+        v = compare(out, cached_reference(region, seed), budget)
         log.append(f"seed {seed}: {v.status.value} rel_error={v.rel_error} {v.detail}".rstrip())
         if v.status is not Status.OK:
             return v, "\n".join(log)
@@ -89,7 +106,7 @@ def check_candidate(
             return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
                                compile_seconds=built.compile_seconds,
                                timing_method=runner.timing_method, log=log)
-        sets = [random_inputs(region, s + 7919) for s in seeds[:input_sets]]
+        sets = [cached_inputs(region, s + 7919) for s in seeds[:input_sets]]
         samples = runner.time(sets, warmup=warmup, repeats=repeats)
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)

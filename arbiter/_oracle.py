@@ -71,18 +71,23 @@ def _chain(
 
 
 def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    s = np.einsum("bhqd,bhkd->bhqk", q, k) * region.scale
-    if region.causal:
-        i = np.arange(region.seq_q)[:, None]
-        j = np.arange(region.seq_k)[None, :]
-        visible = j <= i + (region.seq_k - region.seq_q)
-        s = np.where(visible, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    dead = ~np.isfinite(m)  # rows that see no key output zeros
-    p = np.exp(s - np.where(dead, 0.0, m))
-    denom = p.sum(axis=-1, keepdims=True)
-    o = np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(dead, 1.0, denom)
-    return np.where(dead, 0.0, o)
+    i = np.arange(region.seq_q)[:, None]
+    j = np.arange(region.seq_k)[None, :]
+    visible = j <= i + (region.seq_k - region.seq_q) if region.causal else None
+    out = np.empty(q.shape, np.float64)
+    # one (batch, head) at a time through BLAS: the full score tensor of a large region would
+    # not fit in memory, and einsum would not use BLAS
+    for b in range(region.batch):
+        for h in range(region.heads):
+            s = (q[b, h] @ k[b, h].T) * region.scale
+            if visible is not None:
+                s = np.where(visible, s, -np.inf)
+            m = s.max(axis=-1, keepdims=True)
+            dead = ~np.isfinite(m)  # rows that see no key output zeros
+            p = np.exp(s - np.where(dead, 0.0, m))
+            o = (p @ v[b, h]) / np.where(dead, 1.0, p.sum(axis=-1, keepdims=True))
+            out[b, h] = np.where(dead, 0.0, o)
+    return out
 
 
 def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:

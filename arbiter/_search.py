@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._check import fresh_seeds
 from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
 from ._values import Config, Measurement, Space, Status
 from ._worker import Worker
@@ -241,6 +242,8 @@ def tune_region(
     on_trial: Callable[[str, Config, Result, bool], None] | None = None,
 ) -> RegionTuning:
     out = RegionTuning(region, budget, reused=len(p.measured))
+    # fresh inputs for every sweep, shared by its candidates so the oracle runs once per seed
+    seeds = fresh_seeds(2)
 
     def measure(lane: str, cfg: Config) -> Result:
         problem = p.spaces[lane].violation(cfg)
@@ -248,7 +251,7 @@ def tune_region(
             m = Measurement(Status.INVALID, log=f"config rejected by the lane's space: {problem}")
         else:
             m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
-                             warmup=warmup, repeats=repeats).measurement
+                             warmup=warmup, repeats=repeats, seeds=seeds).measurement
         r = records.record(region_id, env_id, lane_ids[lane], cfg, m, budget)
         p.measured[(lane, cfg.key)] = r
         out.new += 1

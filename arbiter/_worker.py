@@ -90,7 +90,7 @@ def _check(req: dict[str, Any]) -> Outcome:
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
-                        warmup=req["warmup"], repeats=req["repeats"])
+                        seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"])
     if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
         # timed because it is inside the ceiling (a looser budget may want it later), but it
         # fails this sweep's budget
@@ -260,11 +260,12 @@ class Worker:
                 return value
 
     def check(self, lane: str, region: Any, config: Config, budget: float, *,
-              ceiling: float | None = None, warmup: int = 3, repeats: int = 15) -> Outcome:
-        """Build, verify on fresh seeds, then time; every failure is an Outcome with a status."""
+              ceiling: float | None = None, warmup: int = 3, repeats: int = 15,
+              seeds: Sequence[int] | None = None) -> Outcome:
+        """Build, verify (on `seeds`, else fresh ones), then time; failures are Outcomes."""
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
-               "repeats": repeats}
+               "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
         t0 = time.perf_counter()
         try:
             out: Outcome = self._call(req, self.timeout)
