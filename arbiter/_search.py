@@ -264,6 +264,12 @@ def tune_region(
         study = _open_study(records.url, study_name(region, fingerprint, p),
                             make_sampler(sampler, seed))
         _sync(study, p, budget)
+        # every lane's default first (smallest spaces, i.e. the vendor libraries, leading): the
+        # library is always a measured candidate and the sampler starts from sane points
+        for name in sorted(p.lanes, key=lambda n: (space_size(p.spaces[n]) or math.inf, n)):
+            default = p.spaces[name].default
+            if p.needed > 0 and (name, default.key) not in p.measured:
+                _add(study, p, measure(name, default), budget)
         enumerate_all = p.total is not None and p.total <= p.target
         rng = random.Random(seed)
         pool = _pool(p, rng)

@@ -121,3 +121,17 @@ def test_finalists_are_retimed_interleaved_and_winner_recorded(env):
     assert finals == [(3,)]
     [(tie, runner_up, margin)] = _rows(env, "select tie, runner_up_id, margin from winners")
     assert runner_up is not None and margin > 0 and tie == 0
+
+
+def test_every_lanes_default_is_measured_first(env):
+    # with as many trials as lanes, the sampler never gets a turn: each lane's default (the
+    # vendor library included) is what gets measured
+    lanes = ["fake_tiny", "numpy"]
+    arbiter.tune(REGION, db=env, trials=2, lanes=lanes, seed=3)
+    got = _rows(env, "select l.name, c.config from candidates c join lanes l on c.lane_id = l.id")
+    import json
+
+    configs = {name: json.loads(cfg) for name, cfg in got}
+    assert set(configs) == set(lanes)
+    tiny = arbiter.get_lane("fake_tiny")
+    assert configs["fake_tiny"] == tiny.space(REGION).default.as_dict()
