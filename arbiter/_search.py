@@ -100,7 +100,10 @@ class Plan:
 
     @property
     def needed(self) -> int:
-        return max(0, self.target - len(self.measured))
+        # a config the lane's rules (or its emitter) refuse costs no build and no run, so it
+        # does not use up the trial budget; it is still recorded, so it is never asked again
+        tried = sum(1 for r in self.measured.values() if r.status is not Status.INVALID)
+        return max(0, self.target - tried)
 
 
 @dataclass
@@ -223,7 +226,7 @@ def _unmeasured(p: Plan, pool: list[tuple[str, Config]],
     for _ in range(1000 if huge else 0):
         lane = rng.choice(huge)
         cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
-        if (lane, cfg.key) not in p.measured:
+        if (lane, cfg.key) not in p.measured and p.spaces[lane].violation(cfg) is None:
             return lane, cfg
     return None
 
@@ -280,7 +283,7 @@ def tune_region(
             if pick is None:
                 break
             _add(study, p, measure(*pick), budget)
-        while p.needed > 0 and asks < 5 * p.target + 100:
+        while not enumerate_all and p.needed > 0 and asks < 5 * p.target + 100:
             asks += 1
             if dupes >= DUPES_BEFORE_ENUM:
                 pick = _unmeasured(p, pool, rng)
@@ -290,8 +293,10 @@ def tune_region(
             trial = study.ask()
             lane, cfg = _suggest(trial, p)
             known = p.measured.get((lane, cfg.key))
-            dupes = dupes + 1 if known is not None else 0
             r = known if known is not None else measure(lane, cfg)
+            # a repeat or a refused config teaches the sampler little; after a run of them we
+            # hand it a valid unmeasured candidate ourselves
+            dupes = dupes + 1 if known is not None or r.status is Status.INVALID else 0
             value, attrs = _objective(r, budget)
             trial.set_user_attr(ATTR, attrs)
             study.tell(trial, value)

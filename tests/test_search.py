@@ -65,11 +65,14 @@ def test_small_space_is_enumerated_once_and_never_remeasured(env):
 def test_sampled_search_records_rule_breakers_as_invalid_without_building(env):
     [row] = arbiter.tune(REGION, db=env, trials=12, lanes=["fake_tiny"], seed=3,
                          sampler="random")
-    assert row["new_trials"] == 12
     counts = _sweep_counts(env)
-    assert len(counts) == 12 and all(n == 1 for _, n in counts)
+    assert all(n == 1 for _, n in counts) and row["new_trials"] == len(counts)
     logs = [r[0] for r in _rows(env, "select log from measurements where status = 'invalid'")]
     assert any("block * unroll <= 8" in log for log in logs)
+    # refused configs cost no build and do not use up the budget: 12 candidates really ran
+    [(ran,)] = _rows(env, "select count(*) from measurements where status != 'invalid' "
+                          "and kind = 'sweep'")
+    assert ran == 12 and len(counts) == 12 + len(logs)
     # the study is in the same database, one trial per ask
     [(n_trials,)] = _rows(env, "select count(*) from trials")
     assert n_trials >= 12
