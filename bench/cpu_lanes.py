@@ -331,7 +331,9 @@ LIMITS = [
     "reduction run on the row while it sits in L1, and `stream=True` writes the finished row "
     "with non-temporal stores (no read-for-ownership), as glibc's large `memcpy` does. Near "
     "100% of copy bandwidth is the ceiling; a busy second core shows up as a lower fraction "
-    "and as single-thread configs winning the sweep.",
+    "and as single-thread configs winning the sweep. Softmax is the exception that is "
+    "partly compute-bound: one polynomial exp per element (about 20 vector instructions per "
+    "16 floats on top of three passes over the row) is comparable to the DRAM time on 2 cores.",
     "- GEMM: the micro-kernel is plain C that gcc auto-vectorizes (MR x NR accumulators in "
     "zmm/ymm registers, packed A/B panels, MC/KC blocking, OpenMP over column panels); "
     "OpenBLAS runs hand-written SkylakeX assembly on this Zen 4 core. The fused epilogue runs "
