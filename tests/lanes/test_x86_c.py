@@ -201,3 +201,9 @@ def test_generated_c_is_readable(lane):
     assert "int arbiter_run(const float* const* in, float* out, float* work)" in text
     assert "#pragma omp simd reduction(+:row_sq)" in text
     assert "static inline float prologue(float x)" in text
+
+
+def test_unavailable_without_a_compiler_says_why(lane):
+    with override(cc="/nonexistent/arbiter-no-gcc"):
+        av = lane.available()
+    assert not av and "not found" in av.reason
