@@ -1,19 +1,23 @@
 """FlashAttention-2 lane on one NVIDIA device, one run: fa2 configs vs torch SDPA (flash).
 
-    python3 bench/attention.py [--quick] [--out DIR]
+    python3 bench/attention.py [--quick] [--full] [--out DIR]
 
 Shapes: batch 4, heads 16, seq 4096 (q and k), head_dim 64 and 128, causal and not. For each,
-every config of fa2's CUDA space is built (in parallel) and timed; the fastest is checked
-against a float64 reference (torch on the GPU, float64) and reported in TFLOP/s counting
-4*B*H*Sq*Sk*D (halved for causal) over the median time. torch SDPA runs with only the flash
-backend (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`) on bf16 and f16 copies of the same data.
+the f16 configs of fa2's CUDA space with 4 or 8 warps (--full: every config) are built (in
+parallel) and timed, both stagings (inline and prepass); the fastest config's bf16 twin is
+timed too. The fastest is checked against a float64 reference (torch on the GPU, float64) and
+reported in TFLOP/s counting 4*B*H*Sq*Sk*D (halved for causal) over the median time. torch
+SDPA runs with only the flash backend (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`) on bf16 and
+f16 copies of the same data.
 
 How fa2 is counted: its interface is f32 (the region's), so fa2's time includes reading f32
-Q/K/V and rounding them to 16 bits inside the kernel (twice the input bytes of SDPA's 16-bit
-inputs) and writing f32 O. SDPA's time excludes any f32 -> bf16 conversion (its inputs are
-already 16-bit), so the ratio is conservative for fa2. The "pick" is the fastest candidate
-among fa2 configs and torch SDPA-bf16 that passes the accuracy check (what the arbiter's
-winner query answers from these measurements).
+Q/K/V and rounding them to 16 bits (inside the kernel for staging=inline; in a conversion
+prepass, timed with the call, for staging=prepass) and writing f32 O. SDPA's time excludes
+any f32 -> bf16 conversion (its inputs are already 16-bit), so the ratio is conservative for
+fa2. For the fastest prepass config the attention kernel is also timed alone (conversion on
+the first launch only, FA2_BENCH_SKIP_CONVERT; output stale, timing only) to split the call.
+The "pick" is the fastest candidate among fa2 configs and torch SDPA-bf16 that passes the
+accuracy check (what the arbiter's winner query answers from these measurements).
 
 Timing: device events between back-to-back launches (arb_runner.h / torch.cuda.Event),
 warm-up 5, 20 repeats, 2 input sets rotated; medians.
@@ -22,6 +26,7 @@ warm-up 5, 20 repeats, 2 input sets rotated; medians.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -114,6 +119,7 @@ def sass_report(path: str) -> dict:
         rep["ldsm"] = len(re.findall(r"\bLDSM", sass))
         rep["mufu_ex2"] = len(re.findall(r"MUFU\.EX2", sass))
         rep["ldl_stl"] = len(re.findall(r"\b(LDL|STL)\b", sass))
+        rep["ldgsts"] = len(re.findall(r"\bLDGSTS", sass))
     except (OSError, subprocess.SubprocessError) as e:
         rep["error"] = str(e)
     return rep
@@ -140,9 +146,29 @@ def sweep(region: AttentionRegion, sets, configs):
     return rows
 
 
+def kernel_alone_seconds(region: AttentionRegion, sets, config) -> float | None:
+    """A prepass config with its conversion run on the first launch only (timing only)."""
+    src = fa2.emit(region, config)
+    src = dataclasses.replace(src, text="#define FA2_BENCH_SKIP_CONVERT 1\n" + src.text)
+    runner = fa2.runner(fa2.build(src), region)
+    try:
+        return median(runner.time(sets, warmup=WARMUP, repeats=REPEATS))
+    except RuntimeError:
+        return None
+    finally:
+        runner.close()
+
+
+def short(config) -> str:
+    c = config if isinstance(config, dict) else config.as_dict()
+    return (f"{c['staging']} w{c['warps']} bk{c['block_k']} s{c['stages']} "
+            f"{c['precision']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    ap.add_argument("--full", action="store_true", help="every config (both precisions, 2 warps)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     av = fa2.available()
@@ -159,8 +185,19 @@ def main() -> int:
             t0 = time.time()
             region = AttentionRegion(b, h, s, d, causal=causal)
             sets = [random_inputs(region, seed) for seed in (21, 22)]
-            rows = sweep(region, sets, list(fa2.space(region).configs()))
+            space = fa2.space(region)
+            configs = [c for c in space.configs()
+                       if args.full or (c["precision"] == "f16" and c["warps"] >= 4)]
+            rows = sweep(region, sets, configs)
             ok = sorted((r for r in rows if r["s"] is not None), key=lambda r: r["s"])
+            if ok and not args.full:  # the fastest config's bf16 twin
+                twin = space.complete({**ok[0]["config"].as_dict(), "precision": "bf16"})
+                rows += sweep(region, sets, [twin])
+                ok = sorted((r for r in rows if r["s"] is not None), key=lambda r: r["s"])
+            by_staging = {st: next((r for r in ok if r["config"]["staging"] == st), None)
+                          for st in ("inline", "prepass")}
+            pre = by_staging["prepass"]
+            alone = kernel_alone_seconds(region, sets, pre["config"]) if pre else None
             ref = torch_reference(region, sets[0])
             best = None
             for r in ok[:3]:  # fastest config that is also right
@@ -186,8 +223,16 @@ def main() -> int:
                 "sdpa_bf16_tflops": f / sd_bf16 / 1e12, "sdpa_f16_tflops": f / sd_f16 / 1e12,
                 "sdpa_bf16_rel_error": rel_error(o_bf16, ref),
                 "sdpa_f16_rel_error": rel_error(o_f16, ref),
-                "top": [(str(r["config"]), r["s"] * 1e3, f / r["s"] / 1e12) for r in ok[:6]],
+                "top": [(str(r["config"]), r["s"] * 1e3, f / r["s"] / 1e12) for r in ok[:8]],
             }
+            for st, r in by_staging.items():
+                if r is not None:
+                    case[f"{st}_best"] = short(r["config"])
+                    case[f"{st}_ms"] = r["s"] * 1e3
+                    case[f"{st}_ratio_vs_sdpa_bf16"] = sd_bf16 / r["s"]
+            if alone is not None:
+                case["prepass_kernel_alone_ms"] = alone * 1e3
+                case["prepass_kernel_alone_ratio_vs_sdpa_bf16"] = sd_bf16 / alone
             if best is not None:
                 case.update(
                     best=str(best["config"]), fa2_ms=best["s"] * 1e3,
@@ -202,6 +247,23 @@ def main() -> int:
             print(json.dumps(case), f"({time.time() - t0:.0f}s)", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "attention.json").write_text(json.dumps(results, indent=1))
+    print("\n| head_dim | causal | best inline | ms | x SDPA-bf16 | best prepass | ms "
+          "| x SDPA-bf16 | prepass: kernel alone ms | x SDPA-bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in results["cases"]:
+        cells = []
+        for st in ("inline", "prepass"):
+            if f"{st}_ms" in c:
+                cells += [c[f"{st}_best"], f"{c[f'{st}_ms']:.3f}",
+                          f"{c[f'{st}_ratio_vs_sdpa_bf16']:.2f}x"]
+            else:
+                cells += ["none", "", ""]
+        if "prepass_kernel_alone_ms" in c:
+            cells += [f"{c['prepass_kernel_alone_ms']:.3f}",
+                      f"{c['prepass_kernel_alone_ratio_vs_sdpa_bf16']:.2f}x"]
+        else:
+            cells += ["", ""]
+        print(f"| {c['head_dim']} | {c['causal']} | " + " | ".join(cells) + " |")
     print("\n| head_dim | causal | fa2 best config | fa2 ms | fa2 TFLOP/s | SDPA flash bf16 ms "
           "| TFLOP/s | fa2 / SDPA-bf16 | fa2 / SDPA-f16 | fa2 rel err | pick |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -14,10 +14,11 @@ from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Platform
 
-__all__ = ["HEAD_DIMS", "LANE", "emit", "smem_bytes"]
+__all__ = ["HEAD_DIMS", "LANE", "STAGINGS", "emit", "smem_bytes"]
 
 LANE = "fa2"
 HEAD_DIMS = (32, 64, 128)
+STAGINGS = ("inline", "prepass")
 _KERNEL = Path(__file__).with_name("fa2_kernel.hip")
 
 
@@ -44,6 +45,12 @@ def _check(region: Region, config: Config) -> AttentionRegion:
         raise EmitError(f"{LANE}: block_q must be 16 * warps (each warp owns 16 query rows)")
     if config["precision"] not in ("f16", "bf16"):
         raise EmitError(f"{LANE}: precision {config['precision']!r} not f16/bf16")
+    staging = config.get("staging", "inline")
+    if staging not in STAGINGS:
+        raise EmitError(f"{LANE}: staging {staging!r} not in {STAGINGS}")
+    stages = int(config["stages"])
+    if not (1 <= stages <= 2 if staging == "inline" else 2 <= stages <= 4):
+        raise EmitError(f"{LANE}: staging {staging} cannot stream {stages} stages")
     return region
 
 
@@ -63,6 +70,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         "FA2_BK": int(config["block_k"]),
         "FA2_WARPS": int(config["warps"]),
         "FA2_STAGES": int(config["stages"]),
+        "FA2_PREPASS": int(config.get("staging", "inline") == "prepass"),
         "FA2_SMEM_BYTES": smem,
     }
     lines = [
@@ -79,7 +87,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     ]
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     if bf16:
-        lines.append("#define FA2_BF16 1")
+        lines += ["#define FA2_BF16 1", "#define ARB_FRAG_BF16 1"]
     lines.append('#include "arb_gpu.h"')
     text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
     return KernelSource(LANE, r.key, config, "hip", text)

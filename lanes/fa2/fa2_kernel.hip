@@ -7,10 +7,17 @@
  * (fa2_acc_row / fa2_acc_col say where element x[v] of a lane sits in a 16x16 tile). K/V
  * stream through shared memory FA2_BK keys at a time; one pass; O is written once.
  *
- * f32 -> 16-bit conversion happens on the way into shared memory (global float4 loads into
- * registers, packed stores), so the tiles the matrix units read are half the bytes and the
- * interface stays f32 without a separate conversion kernel. With FA2_STAGES == 2 the next
- * tile's global loads are issued before the current tile's math and stored after it.
+ * Staging of Q/K/V (FA2_PREPASS):
+ *   0 "inline":  f32 -> 16-bit conversion happens on the way into shared memory (global
+ *                float4 loads into registers, packed stores), no separate conversion kernel.
+ *                With FA2_STAGES == 2 the next tile's global loads are issued before the
+ *                current tile's math and stored after it.
+ *   1 "prepass": a first kernel converts Q, K, V once into zero-padded 16-bit copies (a
+ *                workspace freed by arbiter_release); the attention kernel then streams K/V
+ *                tiles with 16-byte cp.async copies through FA2_STAGES >= 2 shared-memory
+ *                stages issued FA2_STAGES - 1 tiles ahead (a plain copy on gfx11), with no
+ *                bounds checks and no staging registers. gfx11 gets V transposed from the
+ *                prepass (V^T[d][key]), so its tiles are plain row copies too.
  *
  * Where shared memory is needed beyond K/V and why:
  *  - NVIDIA (mma.sync m16n8k16): the f32 accumulator of two n8 tiles holds, per lane, exactly
@@ -25,8 +32,10 @@
  *    (V^T[d][key]) when it is converted into LDS.
  *
  * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_SCALE_LOG2
- * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_SMEM_BYTES, and FA2_BF16 for bf16 operands.
+ * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_PREPASS FA2_SMEM_BYTES, and FA2_BF16 (with
+ * ARB_FRAG_BF16) for bf16 operands.
  */
+#include "arb_frag.h" /* arb_pack2 and arb_cp_async16 for the prepass staging */
 
 #define FA2_THREADS (FA2_WARPS * 32)
 #define FA2_NT (FA2_BK / 16)              /* 16-key tiles per K/V tile */
@@ -37,9 +46,14 @@
 #define FA2_KV_ELEMS ((long long)FA2_B * FA2_H * FA2_SK * FA2_D)
 #define FA2_Q_ELEMS ((long long)FA2_B * FA2_H * FA2_SQ * FA2_D)
 
-#if (FA2_BK * FA2_D / 4) % FA2_THREADS != 0
+#if !FA2_PREPASS && (FA2_BK * FA2_D / 4) % FA2_THREADS != 0
 #error "FA2_BK * FA2_D / 4 must be a multiple of the thread count"
 #endif
+#if FA2_PREPASS && FA2_STAGES < 2
+#error "prepass staging streams at least two stages"
+#endif
+#define FA2_SQP (((FA2_SQ + FA2_BQ - 1) / FA2_BQ) * FA2_BQ) /* padded rows of the 16-bit copies */
+#define FA2_SKP (((FA2_SK + FA2_BK - 1) / FA2_BK) * FA2_BK)
 
 #if defined(ARB_CUDA)
 /* ---------------------------------------------------------------- NVIDIA: mma.sync m16n8k16 */
@@ -103,6 +117,16 @@ __device__ __forceinline__ void fa2_load_q(fa2_a& a, const float* q, int row0, i
         float2 f = make_float2(0.0f, 0.0f);
         if (row < FA2_SQ) f = *reinterpret_cast<const float2*>(q + (long long)row * FA2_D + col);
         a.r[i] = fa2_pack2(f.x, f.y);
+    }
+}
+
+/* The same A fragment from the prepass's zero-padded 16-bit copy (no bounds checks). */
+__device__ __forceinline__ void fa2_load_q16(fa2_a& a, const unsigned short* q, int row0, int k0) {
+    const int g = fa2_lane() >> 2, t = fa2_lane() & 3;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = row0 + g + (i & 1) * 8, col = k0 + 2 * t + (i >> 1) * 8;
+        a.r[i] = *reinterpret_cast<const fa2_u32*>(q + (long long)row * FA2_D + col);
     }
 }
 
@@ -205,6 +229,13 @@ __device__ __forceinline__ void fa2_stage_q(fa2_h* sQ, const float* q, int row0)
         p[1] = fa2_cvt(f.y);
         p[2] = fa2_cvt(f.z);
         p[3] = fa2_cvt(f.w);
+    }
+}
+__device__ __forceinline__ void fa2_stage_q16(fa2_h* sQ, const unsigned short* q, int row0) {
+    for (int i = fa2_lane(); i < 16 * FA2_D / 8; i += 32) {
+        const int r = i / (FA2_D / 8), c = (i % (FA2_D / 8)) * 8;
+        *reinterpret_cast<uint4*>(sQ + r * FA2_LDK + c) =
+            *reinterpret_cast<const uint4*>(q + (long long)(row0 + r) * FA2_D + c);
     }
 }
 __device__ __forceinline__ void fa2_load_q_lds(fa2_a& a, const fa2_h* sQ, int k0) {
@@ -316,10 +347,88 @@ __device__ __forceinline__ void fa2_put_v(const fa2_stage& s, void* dst) {
 #define FA2_K_HALVES (FA2_BK * FA2_LDK)
 #define FA2_STAGE_HALVES (FA2_K_HALVES + FA2_V_HALVES)
 
+#if FA2_PREPASS
+/* ------------------------------------------------------------------ prepass staging */
+#define FA2_CVT_THREADS 256
+/* src [bh][rows][D] f32 -> dst 16-bit, rows zero-padded to rows_pad: [bh][rows_pad][D], or
+ * with TRANS [bh][D][rows_pad] (gfx11's V^T). One 16-byte store of 8 elements per step. */
+template <int TRANS>
+__global__ void __launch_bounds__(FA2_CVT_THREADS)
+fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int rows,
+            int rows_pad) {
+    const long long total = (long long)FA2_B * FA2_H * rows_pad * (FA2_D / 8);
+    for (long long i = (long long)blockIdx.x * FA2_CVT_THREADS + threadIdx.x; i < total;
+         i += (long long)gridDim.x * FA2_CVT_THREADS) {
+        float f[8];
+        long long out;
+        if (!TRANS) {
+            const long long row = i / (FA2_D / 8); /* bh * rows_pad + r */
+            const int c = (int)(i % (FA2_D / 8)) * 8;
+            const long long bh = row / rows_pad;
+            const int r = (int)(row % rows_pad);
+            float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
+            if (r < rows) {
+                const float* s = src + (bh * rows + r) * FA2_D + c;
+                lo = *reinterpret_cast<const float4*>(s);
+                hi = *reinterpret_cast<const float4*>(s + 4);
+            }
+            f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
+            f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+            out = row * FA2_D + c;
+        } else { /* d fastest across threads: coalesced reads, 16-byte strided writes */
+            const int d = (int)(i % FA2_D);
+            const long long grp = i / FA2_D; /* bh * (rows_pad / 8) + key group */
+            const long long bh = grp / (rows_pad / 8);
+            const int k0 = (int)(grp % (rows_pad / 8)) * 8;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                f[e] = k0 + e < rows ? src[(bh * rows + k0 + e) * FA2_D + d] : 0.0f;
+            out = (bh * FA2_D + d) * rows_pad + k0;
+        }
+        uint4 p;
+        p.x = arb_pack2(f[0], f[1]); p.y = arb_pack2(f[2], f[3]);
+        p.z = arb_pack2(f[4], f[5]); p.w = arb_pack2(f[6], f[7]);
+        *reinterpret_cast<uint4*>(dst + out) = p;
+    }
+}
+
+#define FA2_K_CHUNKS (FA2_BK * FA2_D / 8) /* 16-byte chunks per K (or V) tile */
+#define FA2_CHUNK_ITERS ((FA2_K_CHUNKS + FA2_THREADS - 1) / FA2_THREADS)
+/* Async copies of K and V tile [key0, key0 + FA2_BK) into one stage; the copies are padded,
+ * so no bounds checks. vp is V [SKP][D], or V^T [D][SKP] where V is stored transposed. */
+__device__ __forceinline__ void fa2_issue(unsigned short* sK, const unsigned short* kp,
+                                          const unsigned short* vp, int key0) {
+    unsigned short* sV = sK + FA2_K_HALVES;
+#pragma unroll
+    for (int it = 0; it < FA2_CHUNK_ITERS; ++it) {
+        const int c = threadIdx.x + it * FA2_THREADS;
+        if (FA2_K_CHUNKS % FA2_THREADS == 0 || c < FA2_K_CHUNKS) {
+            const int r = c / (FA2_D / 8), col = (c % (FA2_D / 8)) * 8;
+            arb_cp_async16(sK + r * FA2_LDK + col, kp + (long long)(key0 + r) * FA2_D + col);
+#if FA2_V_TRANSPOSED
+            const int d = c / (FA2_BK / 8), kc = (c % (FA2_BK / 8)) * 8;
+            arb_cp_async16(sV + d * FA2_LDV + kc, vp + (long long)d * FA2_SKP + key0 + kc);
+#else
+            arb_cp_async16(sV + r * FA2_LDK + col, vp + (long long)(key0 + r) * FA2_D + col);
+#endif
+        }
+    }
+}
+#endif
+
 /* ------------------------------------------------------------------ the kernel */
-extern "C" __global__ void __launch_bounds__(FA2_THREADS)
+#if FA2_PREPASS
+/* An explicit minimum of one block per SM: without it ptxas picked a register target below
+ * need and spilled small prepass configs (d32, 4 warps, block_k 64: 16 bytes at 96 regs). */
+#define FA2_LAUNCH_BOUNDS __launch_bounds__(FA2_THREADS, 1)
+#else
+#define FA2_LAUNCH_BOUNDS __launch_bounds__(FA2_THREADS)
+#endif
+extern "C" __global__ void FA2_LAUNCH_BOUNDS
 fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
-            const float* __restrict__ v, float* __restrict__ o) {
+            const float* __restrict__ v, const unsigned short* __restrict__ q16,
+            const unsigned short* __restrict__ k16, const unsigned short* __restrict__ v16,
+            float* __restrict__ o) {
     extern __shared__ __align__(16) unsigned short fa2_smem[];
     const int warp = threadIdx.x >> 5;
     /* causal: the last query blocks see the most keys; start them first */
@@ -330,6 +439,14 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
     const float* kp = k + bh * FA2_SK * FA2_D;
     const float* vp = v + bh * FA2_SK * FA2_D;
     float* op = o + bh * FA2_SQ * FA2_D;
+#if FA2_PREPASS
+    const unsigned short* qp16 = q16 + bh * FA2_SQP * FA2_D;
+    const unsigned short* kp16 = k16 + bh * FA2_SKP * FA2_D;
+    const unsigned short* vp16 = v16 + bh * FA2_SKP * FA2_D; /* [SKP][D] or [D][SKP] */
+    (void)qp; (void)kp; (void)vp;
+#else
+    (void)q16; (void)k16; (void)v16;
+#endif
 
     /* keys any row of the block sees: [0, kend); of this warp: [0, wend) */
     int kend = FA2_SK, wend = FA2_SK;
@@ -344,12 +461,22 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
     (void)sP;
 #if FA2_Q_IN_LDS
     fa2_h* sQ = static_cast<fa2_h*>(sP) + FA2_P_SCRATCH_HALVES;
+#if FA2_PREPASS
+    fa2_stage_q16(sQ, qp16, qw);
+#else
     fa2_stage_q(sQ, qp, qw);
+#endif
     fa2_warp_sync();
 #else
     fa2_a qa[FA2_DT];
 #pragma unroll
-    for (int d = 0; d < FA2_DT; ++d) fa2_load_q(qa[d], qp, qw, d * 16);
+    for (int d = 0; d < FA2_DT; ++d) {
+#if FA2_PREPASS
+        fa2_load_q16(qa[d], qp16, qw, d * 16);
+#else
+        fa2_load_q(qa[d], qp, qw, d * 16);
+#endif
+    }
 #endif
 
     fa2_acc oacc[FA2_DT];
@@ -364,8 +491,20 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
         l[s] = 0.0f;
     }
 
+#if FA2_PREPASS
+    /* tiles 0 .. STAGES-2 in flight; one commit group per tile (empty past the last) */
+#pragma unroll
+    for (int s = 0; s < FA2_STAGES - 1; ++s) {
+        if (s < ntiles) fa2_issue(fa2_smem + s * FA2_STAGE_HALVES, kp16, vp16, s * FA2_BK);
+        arb_cp_async_commit();
+    }
+    int rs = 0, ws = FA2_STAGES - 1; /* stage read this tile, stage written for tile + S-1 */
+#define FA2_INLINE2 0
+#else
+#define FA2_INLINE2 (FA2_STAGES == 2)
     fa2_stage st;
-#if FA2_STAGES == 2
+#endif
+#if FA2_INLINE2
     if (ntiles > 0) {
         fa2_fetch(st, kp, 0);
         fa2_put_rows(st, fa2_smem);
@@ -377,7 +516,16 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
 
     for (int t = 0; t < ntiles; ++t) {
         const int key0 = t * FA2_BK;
-#if FA2_STAGES == 2
+#if FA2_PREPASS
+        arb_cp_async_wait<FA2_STAGES - 2>();
+        fa2_block_sync(); /* tile t landed for everyone; the stage of tile t - 1 is free */
+        if (t + FA2_STAGES - 1 < ntiles)
+            fa2_issue(fa2_smem + ws * FA2_STAGE_HALVES, kp16, vp16, key0 + (FA2_STAGES - 1) * FA2_BK);
+        arb_cp_async_commit();
+        unsigned short* sK = fa2_smem + rs * FA2_STAGE_HALVES;
+        rs = rs + 1 == FA2_STAGES ? 0 : rs + 1;
+        ws = ws + 1 == FA2_STAGES ? 0 : ws + 1;
+#elif FA2_INLINE2
         unsigned short* sK = fa2_smem + (t & 1) * FA2_STAGE_HALVES;
         unsigned short* sKn = fa2_smem + ((t + 1) & 1) * FA2_STAGE_HALVES;
         const bool more = t + 1 < ntiles;
@@ -465,7 +613,7 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
                     l[fa2_slot(e)] += p; /* per-lane partial; reduced across lanes at the end */
                 }
         }
-#if FA2_STAGES == 2
+#if FA2_INLINE2
         if (more) {
             fa2_put_rows(st, sKn);
             fa2_fetch(st, vp, key0 + FA2_BK);
@@ -496,11 +644,16 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
                 fa2_sched_fence();
             }
         }
-#if FA2_STAGES == 2
+#if FA2_INLINE2
         if (more) fa2_put_v(st, sKn + FA2_K_HALVES);
 #endif
+#if !FA2_PREPASS
         fa2_block_sync();
+#endif
     }
+#if FA2_PREPASS
+    arb_cp_async_wait<0>(); /* no copy may outlive the block (empty groups only, here) */
+#endif
 
     /* finish the row sums across the lanes that share a row; fully masked rows -> zeros */
     const int shuffles[] = FA2_ROW_SHUFFLES;
@@ -526,15 +679,74 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
 static const long long arb_input_elems[ARB_N_INPUTS] = {FA2_Q_ELEMS, FA2_KV_ELEMS, FA2_KV_ELEMS};
 static const long long arb_output_elems = FA2_Q_ELEMS;
 
+#if FA2_PREPASS
+static unsigned short* fa2_workspace = NULL; /* Q16, K16, V16 (or V^T), allocated on first launch */
+
+static void fa2_release_workspace(void) {
+    if (fa2_workspace) (void)hipFree(fa2_workspace);
+    fa2_workspace = NULL;
+}
+#define ARB_RELEASE_HOOK fa2_release_workspace
+
+static hipError_t fa2_convert_launch(const float* src, unsigned short* dst, int rows,
+                                     int rows_pad, bool trans, hipStream_t stream) {
+    const long long chunks = (long long)FA2_B * FA2_H * rows_pad * (FA2_D / 8);
+    long long g = (chunks + FA2_CVT_THREADS - 1) / FA2_CVT_THREADS;
+    const int grid = (int)(g < 65535 ? g : 65535);
+    if (trans)
+        fa2_convert<1><<<grid, FA2_CVT_THREADS, 0, stream>>>(src, dst, rows, rows_pad);
+    else
+        fa2_convert<0><<<grid, FA2_CVT_THREADS, 0, stream>>>(src, dst, rows, rows_pad);
+    return hipGetLastError();
+}
+#endif
+
 static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream) {
+    hipError_t e;
     if (FA2_SMEM_BYTES > 48 * 1024) {
-        hipError_t e = hipFuncSetAttribute((const void*)fa2_forward,
-                                           hipFuncAttributeMaxDynamicSharedMemorySize,
-                                           FA2_SMEM_BYTES);
+        static bool raised = false;
+        if (!raised) {
+            e = hipFuncSetAttribute((const void*)fa2_forward,
+                                    hipFuncAttributeMaxDynamicSharedMemorySize, FA2_SMEM_BYTES);
+            if (e != hipSuccess) return e;
+            raised = true;
+        }
+    }
+    const unsigned short *q16 = NULL, *k16 = NULL, *v16 = NULL;
+#if FA2_PREPASS
+    const long long bh = (long long)FA2_B * FA2_H;
+    const size_t qe = (size_t)(bh * FA2_SQP * FA2_D), ke = (size_t)(bh * FA2_SKP * FA2_D);
+    if (fa2_workspace == NULL) {
+        e = hipMalloc((void**)&fa2_workspace, (qe + 2 * ke) * sizeof(unsigned short));
         if (e != hipSuccess) return e;
     }
+    q16 = fa2_workspace;
+    k16 = fa2_workspace + qe;
+    v16 = fa2_workspace + qe + ke;
+    /* FA2_BENCH_SKIP_CONVERT (bench/attention.py only, never emitted): convert on the first
+     * launch only, so timing shows the attention kernel without its prepass. */
+#if defined(FA2_BENCH_SKIP_CONVERT)
+    static bool converted = false;
+    const bool convert = !converted;
+    converted = true;
+#else
+    const bool convert = true;
+#endif
+    if (convert) {
+        if ((e = fa2_convert_launch(in[0], (unsigned short*)q16, FA2_SQ, FA2_SQP, false,
+                                    stream)) != hipSuccess)
+            return e;
+        if ((e = fa2_convert_launch(in[1], (unsigned short*)k16, FA2_SK, FA2_SKP, false,
+                                    stream)) != hipSuccess)
+            return e;
+        if ((e = fa2_convert_launch(in[2], (unsigned short*)v16, FA2_SK, FA2_SKP,
+                                    FA2_V_TRANSPOSED != 0, stream)) != hipSuccess)
+            return e;
+    }
+#endif
     dim3 grid((FA2_SQ + FA2_BQ - 1) / FA2_BQ, FA2_B * FA2_H);
-    fa2_forward<<<grid, FA2_THREADS, FA2_SMEM_BYTES, stream>>>(in[0], in[1], in[2], out);
+    fa2_forward<<<grid, FA2_THREADS, FA2_SMEM_BYTES, stream>>>(in[0], in[1], in[2], q16, k16,
+                                                                v16, out);
     return hipGetLastError();
 }
 

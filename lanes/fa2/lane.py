@@ -17,7 +17,7 @@ from arbiter._values import (
 from .._gpu import build as _build
 from .._gpu import detect as _detect
 from .._gpu.runner import GpuRunner
-from .emit import HEAD_DIMS, LANE, smem_bytes
+from .emit import HEAD_DIMS, LANE, STAGINGS, smem_bytes
 from .emit import emit as _emit
 
 __all__ = ["FA2Lane", "lane", "space_for"]
@@ -26,6 +26,7 @@ __all__ = ["FA2Lane", "lane", "space_for"]
 # 128 KiB LDS; an sm_90 block may opt in to 227 KiB.
 SMEM_LIMIT = {Platform.ROCM: 64 * 1024, Platform.CUDA: 227 * 1024}
 MAX_STAGED_FLOAT4 = 8  # per thread per K or V tile; 16 spills next to the O accumulator at d128
+MAX_COPIES = 8  # 16-byte cp.async per thread per K or V tile (prepass staging)
 
 
 def space_for(region: Region, platform: Platform) -> Space:
@@ -35,22 +36,32 @@ def space_for(region: Region, platform: Platform) -> Space:
     # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227); 4 x 32 fits gfx11's 64 KiB
     warps, block_k = (4, 64) if d <= 64 else (8, 64) if platform is Platform.CUDA else (4, 32)
     tunables = (
+        Tunable("staging", STAGINGS, "inline"),
         Tunable("warps", (2, 4, 8), warps),
         Tunable("block_q", (32, 64, 128), 16 * warps),
         Tunable("block_k", (32, 64, 128), block_k),
-        Tunable("stages", (1, 2), 2),
+        Tunable("stages", (1, 2, 3), 2),
         Tunable("precision", ("f16", "bf16"), "f16"),
     )
     rules = (
         Rule("block_q must be 16 * warps: each warp owns 16 query rows",
              lambda v: v["block_q"] == 16 * v["warps"]),
-        Rule("one K or V tile must split into whole float4 loads per thread",
-             lambda v: (v["block_k"] * d // 4) % (32 * v["warps"]) == 0),
+        Rule("staging=inline keeps 1 or 2 shared-memory stages (registers prefetch the next "
+             "tile); staging=prepass streams 2 or 3 stages of async copies",
+             lambda v: v["stages"] <= 2 if v["staging"] == "inline" else v["stages"] >= 2),
+        Rule("inline staging: one K or V tile must split into whole float4 loads per thread",
+             lambda v: v["staging"] != "inline"
+             or (v["block_k"] * d // 4) % (32 * v["warps"]) == 0),
         Rule(f"K/V stages (and gfx11 Q/P scratch) must fit {limit // 1024} KiB of shared memory",
              lambda v: smem_bytes(platform, d, v) <= limit),
-        Rule(f"a K or V tile is staged through registers: at most {MAX_STAGED_FLOAT4} float4 "
-             "per thread (more spills next to the O accumulator)",
-             lambda v: v["block_k"] * d // 4 // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
+        Rule(f"inline staging holds a K or V tile in registers: at most {MAX_STAGED_FLOAT4} "
+             "float4 per thread (more spills next to the O accumulator)",
+             lambda v: v["staging"] != "inline"
+             or v["block_k"] * d // 4 // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
+        Rule(f"prepass staging: at most {MAX_COPIES} 16-byte async copies per thread per K or "
+             "V tile (their addresses spill at 16: ptxas, nvcc 13)",
+             lambda v: v["staging"] != "prepass"
+             or v["block_k"] * d // 8 // (32 * v["warps"]) <= MAX_COPIES),
     )
     return Space(tunables, rules)
 
@@ -58,7 +69,7 @@ def space_for(region: Region, platform: Platform) -> Space:
 class FA2Lane:
     name = LANE
     precisions = ("f16", "bf16")
-    version = "1"
+    version = "2"
 
     @property
     def platform(self) -> Platform:

@@ -58,11 +58,12 @@ EDGE_REGIONS = [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("staging", ["inline", "prepass"])
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
 @pytest.mark.parametrize("region", EDGE_REGIONS, ids=[r.name for r in EDGE_REGIONS])
-def test_edges_match_oracle(region, precision) -> None:
+def test_edges_match_oracle(region, precision, staging) -> None:
     _gpu()
-    runner, config = _runner(region, precision=precision)
+    runner, config = _runner(region, precision=precision, staging=staging)
     try:
         verdict, log = verify(runner, region, BUDGET[precision], [secrets.randbits(31)] * 1)
         assert verdict.status is Status.OK, f"{config}: {verdict.detail}\n{log}"
@@ -71,14 +72,15 @@ def test_edges_match_oracle(region, precision) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("staging", [("inline", 1), ("inline", 2), ("prepass", 2),
+                                     ("prepass", 3)], ids=lambda s: f"{s[0]}{s[1]}")
 @pytest.mark.parametrize("tiles", [(2, 32), (4, 64), (8, 32), (8, 64)])
-def test_tilings_match_oracle(tiles, stages) -> None:
+def test_tilings_match_oracle(tiles, staging) -> None:
     _gpu()
     region = AttentionRegion(1, 2, 150, 64, seq_k=111, causal=True)
     warps, block_k = tiles
     runner, config = _runner(region, warps=warps, block_q=16 * warps, block_k=block_k,
-                             stages=stages)
+                             staging=staging[0], stages=staging[1])
     try:
         verdict, log = verify(runner, region, BUDGET["f16"], [secrets.randbits(31)])
         assert verdict.status is Status.OK, f"{config}: {verdict.detail}\n{log}"
@@ -87,10 +89,11 @@ def test_tilings_match_oracle(tiles, stages) -> None:
 
 
 @pytest.mark.gpu
-def test_fully_masked_rows_are_exact_zeros() -> None:
+@pytest.mark.parametrize("staging", ["inline", "prepass"])
+def test_fully_masked_rows_are_exact_zeros(staging) -> None:
     _gpu()
     region = AttentionRegion(1, 2, 50, 64, seq_k=20, causal=True)  # rows 0..29 see no key
-    runner, _ = _runner(region)
+    runner, _ = _runner(region, staging=staging)
     try:
         inputs = random_inputs(region, secrets.randbits(31))
         out = np.empty(output_shape(region), np.float32)
@@ -99,6 +102,27 @@ def test_fully_masked_rows_are_exact_zeros() -> None:
         assert np.all(out[:, :, :30] == 0.0)
         ref = reference(region, inputs)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < BUDGET["f16"]
+    finally:
+        runner.close()
+
+
+@pytest.mark.gpu
+def test_prepass_converts_fresh_inputs_every_call() -> None:
+    """The 16-bit workspace outlives a call: a second input set must not see the first's
+    copies, and a re-prepared runner (workspace freed by arbiter_release) must still work."""
+    _gpu()
+    region = AttentionRegion(1, 3, 96, 128, seq_k=160)
+    runner, config = _runner(region, staging="prepass", stages=3)
+    try:
+        for _ in range(2):
+            sets = [random_inputs(region, secrets.randbits(31)) for _ in range(2)]
+            for inputs in sets:
+                out = np.empty(output_shape(region), np.float32)
+                poison(out)
+                runner.run(inputs, out)
+                ref = reference(region, inputs)
+                err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+                assert err < BUDGET["f16"], f"{config}: {err}"
     finally:
         runner.close()
 
@@ -142,6 +166,11 @@ def test_space_rules(platform, d) -> None:
     assert "16 * warps" in space.violation(bad)
     big = space.complete({"warps": 2, "block_q": 32, "block_k": 128, "stages": 2})
     assert space.violation(big) is not None
+    assert any(c["staging"] == "prepass" for c in configs)
+    assert all(c["stages"] <= 2 for c in configs if c["staging"] == "inline")
+    assert all(c["stages"] >= 2 for c in configs if c["staging"] == "prepass")
+    one = space.complete({**space.default.as_dict(), "staging": "prepass", "stages": 1})
+    assert "stages" in space.violation(one)
 
 
 def test_emit_records_region_and_refuses_what_it_cannot_do() -> None:
@@ -152,6 +181,12 @@ def test_emit_records_region_and_refuses_what_it_cannot_do() -> None:
     with pytest.raises(EmitError, match="head_dim"):
         emit(AttentionRegion(1, 1, 8, 80), Config.of(warps=4, block_q=64, block_k=64, stages=2,
                                                      precision="f16"), Platform.CUDA)
+    with pytest.raises(EmitError, match="stages"):
+        emit(region, Config.of(warps=4, block_q=64, block_k=64, stages=1, precision="f16",
+                               staging="prepass"), Platform.CUDA)
+    pre = emit(region, lane.space(region).complete({"staging": "prepass", "stages": 3}),
+               Platform.CUDA)
+    assert "#define FA2_PREPASS 1" in pre.text and "#define FA2_STAGES 3" in pre.text
     with pytest.raises(EmitError, match="16 \\* warps"):
         emit(region, Config.of(warps=4, block_q=128, block_k=64, stages=2, precision="f16"),
              Platform.CUDA)

@@ -1,5 +1,6 @@
 """Compile gate (no GPU needed): fa2 variants become gfx1151 ISA with v_wmma and no scratch
-(clang++-19), and sm_90 PTX with mma.sync / ldmatrix whose ptxas report shows no spills."""
+(clang++-19), and sm_90 PTX with mma.sync / ldmatrix (and cp.async for the prepass staging)
+whose ptxas report shows no spills."""
 
 from __future__ import annotations
 
@@ -33,7 +34,23 @@ def _rocm_variants():
     for d in (32, 64):
         sp = space_for(_region(d), Platform.ROCM)
         out += [(_region(d), sp.default),
-                (_region(d), sp.complete({**sp.default.as_dict(), "precision": "bf16"}))]
+                (_region(d), sp.complete({**sp.default.as_dict(), "precision": "bf16"})),
+                (_region(d), sp.complete({**sp.default.as_dict(), "staging": "prepass",
+                                          "precision": "bf16"}))]
+    return out
+
+
+def _cuda_variants():
+    """Defaults in f16 and bf16, and the prepass staging (2 and 3 stages), at every head_dim."""
+    out = []
+    for d in (32, 64, 128):
+        sp = space_for(_region(d), Platform.CUDA)
+        base = sp.default.as_dict()
+        for over in ({}, {"precision": "bf16"}, {"staging": "prepass", "stages": 2},
+                     {"staging": "prepass", "stages": 3, "precision": "bf16"}):
+            config = sp.complete({**base, **over})
+            assert sp.violation(config) is None, (d, config, sp.violation(config))
+            out.append((_region(d), config))
     return out
 
 
@@ -64,9 +81,7 @@ def test_gfx1151_isa_has_wmma_and_no_scratch() -> None:
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="no nvcc to build sm_90 PTX")
 def test_sm90_ptx_has_mma_and_no_spills() -> None:
-    variants = [(r, c) for d in (32, 64, 128) for r in [_region(d)]
-                for c in (space_for(r, Platform.CUDA).default,
-                          space_for(r, Platform.CUDA).complete({"precision": "bf16"}))]
+    variants = _cuda_variants()
 
     def one(rc):
         region, config = rc
@@ -89,6 +104,8 @@ def test_sm90_ptx_has_mma_and_no_spills() -> None:
             bad.append(f"d{region.head_dim} {config}: no {kind} mma.sync in PTX")
         if "ldmatrix.sync.aligned.m8n8.x4.trans" not in ptx:
             bad.append(f"d{region.head_dim} {config}: V not read with ldmatrix.trans")
+        if config["staging"] == "prepass" and "cp.async.cg.shared.global" not in ptx:
+            bad.append(f"d{region.head_dim} {config}: prepass tiles not copied with cp.async")
         if rc_ != 0:
             bad.append(f"d{region.head_dim} {config}: ptxas failed\n{log}")
         section = log.split("fa2_forward", 1)[-1]
