@@ -101,6 +101,7 @@ class Records:
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         require_current(url, create=create)
+        self._lane_names: dict[int, str] = {}
 
     def ids(
         self, region: Any, fingerprint: Any, lanes: list[Any]
@@ -109,6 +110,7 @@ class Records:
             r = RegionModel.find_or_add(s, region)
             e = EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint))
             lane_ids = {ln.name: LaneModel.find_or_add(s, ln).id for ln in lanes}
+            self._lane_names.update((i, n) for n, i in lane_ids.items())
             return r.id, e.id, lane_ids
 
     def results(self, region_id: int, environment_id: int, kind: str = SWEEP) -> list[Result]:
@@ -122,24 +124,30 @@ class Records:
 
     def record(self, region_id: int, environment_id: int, lane_id: int, config: Config,
                m: Measurement, budget: float, kind: str = SWEEP) -> Result:
-        """Add the candidate (if new) and its measurement; committed on return."""
+        """Add the candidate (if new) and its measurement in one transaction; committed on
+        return. The Result is built from what was written, without reading it back."""
+        row = MeasurementModel(
+            kind=kind, status=m.status.value, budget=budget, rel_error=_finite(m.rel_error),
+            max_abs=_finite(m.max_abs), median=m.median, spread=m.spread,
+            samples=json.dumps(list(m.samples)), timing_method=m.timing_method,
+            compile_seconds=m.compile_seconds, log=m.log)
         with session_scope(self.url) as s:
-            c = CandidateModel.find(s, region_id, environment_id, lane_id, config.key)
-            if c is None:
+            candidate_id = CandidateModel.find_id(s, region_id, environment_id, lane_id,
+                                                  config.key)
+            if candidate_id is None:
                 c = CandidateModel(region_id=region_id, environment_id=environment_id,
                                    lane_id=lane_id, config_key=config.key,
                                    config=config.to_json())
                 s.add(c)
                 s.flush()
-            row = MeasurementModel(
-                candidate_id=c.id, kind=kind, status=m.status.value, budget=budget,
-                rel_error=_finite(m.rel_error), max_abs=_finite(m.max_abs), median=m.median,
-                spread=m.spread, samples=json.dumps(list(m.samples)),
-                timing_method=m.timing_method, compile_seconds=m.compile_seconds, log=m.log)
+                candidate_id = c.id
+            row.candidate_id = candidate_id
             s.add(row)
-            s.flush()
-            s.refresh(c)
-            return _result(c, row)
+            lane = self._lane_names.get(lane_id)
+            if lane is None:
+                lane = self._lane_names[lane_id] = s.get(LaneModel, lane_id).name  # type: ignore[union-attr]
+        return Result(candidate_id, lane, config, m.status, row.rel_error, row.max_abs,
+                      row.median, row.spread, budget, row.timing_method, row.log)
 
     def save_winner(self, region_id: int, environment_id: int, budget: float,
                     choice: Choice) -> None:

@@ -6,6 +6,12 @@ accuracy budget is a constraint (`rel_error - budget <= 0`, kept in the trial's 
 that constraint-aware samplers read back. Our `candidates` table is the source of truth: a
 (lane, config) already measured on this machine is told to the study from the records and
 never measured again; a space no bigger than the trial budget is enumerated, not sampled.
+
+The sampler asks and is told on an in-memory study rebuilt from the records at the start of a
+region; the study in the database (what optuna-dashboard shows) gets each measured candidate
+as one finished trial, written right after its record. Asking on the database study directly
+costs ~10 commits per trial (one per suggested parameter), which was most of the arbiter's
+own time per trial.
 """
 
 from __future__ import annotations
@@ -156,8 +162,10 @@ def study_name(region: Any, fingerprint: str, p: Plan) -> str:
     return f"{region.name or 'region'}:{region.key[:12]}:{fingerprint}:{tag}"
 
 
-def _open_study(url: str, name: str, sampler: Any) -> Any:
+def _open_study(url: str, name: str) -> Any:
+    """The study in the database: finished trials only, written by `_mirror`."""
     import optuna
+    from optuna.samplers import RandomSampler
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -172,35 +180,64 @@ def _open_study(url: str, name: str, sampler: Any) -> Any:
 
         event.listen(storage.engine, "connect", _sqlite_pragmas)
         storage.engine.dispose()
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+    # nothing is sampled on this study; the sampler lives on the in-memory one
+    study = optuna.create_study(study_name=name, storage=storage, sampler=RandomSampler(),
                                 direction="minimize", load_if_exists=True)
-    # a RUNNING trial left by a killed sweep never finishes; its result (if it got that far)
-    # is in our records and is told again below
+    # a RUNNING trial left by a killed sweep of an older arbiter (which asked on this study)
+    # never finishes; its result (if it got that far) is in our records and is told again
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     return study
 
 
-def _sync(study: Any, p: Plan, budget: float) -> None:
-    """Tell the study every recorded candidate it does not know yet."""
+def _memory_study(sampler: Any) -> Any:
+    import optuna
+
+    return optuna.create_study(sampler=sampler, direction="minimize")
+
+
+def _sync(mirror: Any, study: Any, p: Plan, budget: float) -> None:
+    """Tell the in-memory study every recorded candidate, and the database study those it
+    does not know yet (once per region)."""
     from optuna.trial import TrialState
 
     known = {t.user_attrs.get(ATTR, {}).get("candidate")
-             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+             for t in mirror.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
     for r in list(p.measured.values()):
-        if r.candidate_id not in known:
-            _add(study, p, r, budget)
+        t = _finished(p, r, budget)
+        if t is not None:
+            study.add_trial(t)
+            if r.candidate_id not in known:
+                mirror.add_trial(t)
 
 
-def _add(study: Any, p: Plan, r: Result, budget: float) -> None:
-    """Tell the study a recorded result as a finished trial (no sampling involved)."""
+def _finished(p: Plan, r: Result, budget: float) -> Any:
+    """A recorded result as a finished trial (None: outside the space's distributions;
+    recorded as invalid in our tables only)."""
     import optuna
 
     if p.spaces[r.lane].violation(r.config) is not None:
-        return  # outside the space's distributions; recorded as invalid in our tables only
+        return None
     value, attrs = _objective(r, budget)
-    study.add_trial(optuna.trial.create_trial(
+    return optuna.trial.create_trial(
         params=_params(r.lane, r.config), distributions=_distributions(p, r.lane), value=value,
+        user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)})
+
+
+def _add(studies: tuple[Any, ...], p: Plan, r: Result, budget: float) -> None:
+    """Tell the studies a recorded result as a finished trial (no sampling involved)."""
+    t = _finished(p, r, budget)
+    if t is not None:
+        for study in studies:
+            study.add_trial(t)
+
+
+def _mirror(mirror: Any, trial: Any, value: float, attrs: dict[str, Any]) -> None:
+    """Copy a trial the sampler asked for and was told into the database study."""
+    import optuna
+
+    mirror.add_trial(optuna.trial.create_trial(
+        params=trial.params, distributions=trial.distributions, value=value,
         user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
 
 
@@ -264,25 +301,26 @@ def tune_region(
         return r
 
     if p.needed > 0:
-        study = _open_study(records.url, study_name(region, fingerprint, p),
-                            make_sampler(sampler, seed))
-        _sync(study, p, budget)
+        mirror = _open_study(records.url, study_name(region, fingerprint, p))
+        study = _memory_study(make_sampler(sampler, seed))
+        both = (study, mirror)
+        _sync(mirror, study, p, budget)
         # every lane's default first (smallest spaces, i.e. the vendor libraries, leading): the
         # library is always a measured candidate and the sampler starts from sane points
         for name in sorted(p.lanes, key=lambda n: (space_size(p.spaces[n]) or math.inf, n)):
             default = p.spaces[name].default
             if p.needed > 0 and (name, default.key) not in p.measured:
-                _add(study, p, measure(name, default), budget)
+                _add(both, p, measure(name, default), budget)
         enumerate_all = p.total is not None and p.total <= p.target
         rng = random.Random(seed)
         pool = _pool(p, rng)
         dupes = asks = 0
         while enumerate_all and p.needed > 0:
-            # nothing to sample: measure what is left and tell the study as finished trials
+            # nothing to sample: measure what is left and tell the studies as finished trials
             pick = _unmeasured(p, pool, rng)
             if pick is None:
                 break
-            _add(study, p, measure(*pick), budget)
+            _add(both, p, measure(*pick), budget)
         while not enumerate_all and p.needed > 0 and asks < 5 * p.target + 100:
             asks += 1
             if dupes >= DUPES_BEFORE_ENUM:
@@ -300,6 +338,8 @@ def tune_region(
             value, attrs = _objective(r, budget)
             trial.set_user_attr(ATTR, attrs)
             study.tell(trial, value)
+            if known is None:  # a repeat is no new trial in the database
+                _mirror(mirror, trial, value, attrs)
     if out.new or refinal or records.winner(region_id, env_id, budget) is None:
         out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
         if out.choice is not None:

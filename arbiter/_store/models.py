@@ -161,6 +161,13 @@ class CandidateModel(Base):
             cls.lane_id == lane_id, cls.config_key == config_key)).first()
 
     @classmethod
+    def find_id(cls, session: Session, region_id: int, environment_id: int, lane_id: int,
+                config_key: str) -> int | None:
+        return session.scalar(select(cls.id).where(
+            cls.region_id == region_id, cls.environment_id == environment_id,
+            cls.lane_id == lane_id, cls.config_key == config_key))
+
+    @classmethod
     def of_region(cls, session: Session, region_id: int,
                   environment_id: int | None = None) -> list[CandidateModel]:
         q = select(cls).where(cls.region_id == region_id)

@@ -44,10 +44,15 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
+@lru_cache(maxsize=8)
+def _sessions(url: str) -> sessionmaker[Session]:
+    return sessionmaker(engine_for(url), expire_on_commit=False)
+
+
 @contextlib.contextmanager
 def session_scope(url: str) -> Iterator[Session]:
     """A session committed on success, rolled back on error; DB errors become StoreError."""
-    session = sessionmaker(engine_for(url), expire_on_commit=False)()
+    session = _sessions(url)()
     try:
         yield session
         session.commit()
