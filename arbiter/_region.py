@@ -105,6 +105,29 @@ class _Keyed:
         return dataclasses.replace(self, name=name)  # type: ignore[type-var]
 
 
+class _Chained(_Keyed):
+    """Validation and queries shared by the regions that carry an epilogue chain."""
+
+    epilogue: tuple[Epilogue, ...]
+    residual: bool
+    reduction: Reduction | None
+    eps: float
+    budget: float | None
+
+    def _validate_chain(self, r: str) -> None:
+        object.__setattr__(self, "epilogue", _ops(r, "epilogue", Epilogue, self.epilogue))
+        _chain(r, self.epilogue)
+        if not isinstance(self.residual, bool):
+            raise RegionError(f"{r}: residual must be true or false, got {self.residual!r}")
+        object.__setattr__(self, "reduction", _reduction(r, self.reduction))
+        object.__setattr__(self, "eps", _check_eps(r, self.eps))
+        object.__setattr__(self, "budget", _check_budget(r, self.budget))
+
+    @property
+    def has_bias(self) -> bool:
+        return Epilogue.BIAS in self.epilogue
+
+
 def _chain_text(prologue: tuple, epilogue: tuple, residual: bool, reduction) -> str:
     parts = [f"pro:{op.value}" for op in prologue]
     parts += [op.value for op in epilogue]
@@ -116,7 +139,7 @@ def _chain_text(prologue: tuple, epilogue: tuple, residual: bool, reduction) -> 
 
 
 @dataclass(frozen=True)
-class FusedRegion(_Keyed):
+class FusedRegion(_Chained):
     """prologue(A)[M,K] @ B[K,N] -> epilogue chain -> (+ residual) -> (row reduction)."""
 
     M: int
@@ -138,17 +161,7 @@ class FusedRegion(_Keyed):
         for d in ("M", "N", "K"):
             _positive_int(r, d, getattr(self, d))
         object.__setattr__(self, "prologue", _ops(r, "prologue", Pointwise, self.prologue))
-        object.__setattr__(self, "epilogue", _ops(r, "epilogue", Epilogue, self.epilogue))
-        _chain(r, self.epilogue)
-        if not isinstance(self.residual, bool):
-            raise RegionError(f"{r}: residual must be true or false, got {self.residual!r}")
-        object.__setattr__(self, "reduction", _reduction(r, self.reduction))
-        object.__setattr__(self, "eps", _check_eps(r, self.eps))
-        object.__setattr__(self, "budget", _check_budget(r, self.budget))
-
-    @property
-    def has_bias(self) -> bool:
-        return Epilogue.BIAS in self.epilogue
+        self._validate_chain(r)
 
     def describe(self) -> str:
         chain = _chain_text(self.prologue, self.epilogue, self.residual, self.reduction)
@@ -156,7 +169,7 @@ class FusedRegion(_Keyed):
 
 
 @dataclass(frozen=True)
-class RowwiseRegion(_Keyed):
+class RowwiseRegion(_Chained):
     """X[M,N] -> epilogue chain -> (+ residual) -> (row reduction); no matmul."""
 
     M: int
@@ -175,19 +188,9 @@ class RowwiseRegion(_Keyed):
         r = self.name or "rowwise region"
         for d in ("M", "N"):
             _positive_int(r, d, getattr(self, d))
-        object.__setattr__(self, "epilogue", _ops(r, "epilogue", Epilogue, self.epilogue))
-        _chain(r, self.epilogue)
-        if not isinstance(self.residual, bool):
-            raise RegionError(f"{r}: residual must be true or false, got {self.residual!r}")
-        object.__setattr__(self, "reduction", _reduction(r, self.reduction))
-        object.__setattr__(self, "eps", _check_eps(r, self.eps))
-        object.__setattr__(self, "budget", _check_budget(r, self.budget))
+        self._validate_chain(r)
         if not self.epilogue and not self.residual and self.reduction is None:
             raise RegionError(f"{r}: a rowwise region needs at least one op")
-
-    @property
-    def has_bias(self) -> bool:
-        return Epilogue.BIAS in self.epilogue
 
     @property
     def prologue(self) -> tuple[Pointwise, ...]:
