@@ -29,14 +29,30 @@ MAX_STAGED_FLOAT4 = 8  # per thread per K or V tile; 16 spills next to the O acc
 MAX_COPIES = 8  # 16-byte cp.async per thread per K or V tile (prepass staging)
 
 
+# batch * heads * seq_q * seq_k from which sm_90 defaults to the prepass staging: its three
+# extra conversion launches are ~7% of the call at 2**30 (measured); below 2**26 not measured.
+LARGE_PAIRS = 2**26
+
+
+def _pairs(region: Region) -> int:
+    if not isinstance(region, AttentionRegion):
+        return 0
+    return region.batch * region.heads * region.seq_q * region.seq_k
+
+
 def space_for(region: Region, platform: Platform) -> Space:
     """The fa2 space for `region` on `platform` (only the shared-memory limit differs)."""
     limit = SMEM_LIMIT[platform]
     d = region.head_dim if isinstance(region, AttentionRegion) else 64
     # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227); 4 x 32 fits gfx11's 64 KiB
     warps, block_k = (4, 64) if d <= 64 else (8, 64) if platform is Platform.CUDA else (4, 32)
+    staging = "inline"
+    if platform is Platform.CUDA and _pairs(region) >= LARGE_PAIRS:
+        # measured on the H200 (BENCHMARKS.md): prepass, 4 warps x 64 keys, 2 stages is the
+        # fastest or within 1% of it at d64 and d128, causal or not (b4 h16 s4096)
+        staging, warps, block_k = "prepass", 4, 64
     tunables = (
-        Tunable("staging", STAGINGS, "inline"),
+        Tunable("staging", STAGINGS, staging),
         Tunable("warps", (2, 4, 8), warps),
         Tunable("block_q", (32, 64, 128), 16 * warps),
         Tunable("block_k", (32, 64, 128), block_k),

@@ -173,6 +173,16 @@ def test_space_rules(platform, d) -> None:
     assert "stages" in space.violation(one)
 
 
+def test_large_regions_default_to_the_measured_prepass_on_cuda_only() -> None:
+    for d in (64, 128):
+        big = AttentionRegion(4, 16, 4096, d, causal=True)
+        cuda = space_for(big, Platform.CUDA)
+        assert cuda.default["staging"] == "prepass" and cuda.violation(cuda.default) is None
+        assert space_for(big, Platform.ROCM).default["staging"] == "inline"
+        assert space_for(AttentionRegion(1, 2, 128, d), Platform.CUDA).default["staging"] == \
+            "inline"
+
+
 def test_emit_records_region_and_refuses_what_it_cannot_do() -> None:
     region = AttentionRegion(2, 3, 100, 64, seq_k=77, causal=True, scale=0.3)
     src = emit(region, lane.space(region).default, Platform.CUDA)
