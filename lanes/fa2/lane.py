@@ -49,7 +49,7 @@ def space_for(region: Region, platform: Platform) -> Space:
     staging = "inline"
     if platform is Platform.CUDA and _pairs(region) >= LARGE_PAIRS:
         # measured on the H200 (BENCHMARKS.md): prepass, 4 warps x 64 keys, 2 stages is the
-        # fastest or within 1% of it at d64 and d128, causal or not (b4 h16 s4096)
+        # fastest or within 1.1% of it at d64 and d128, causal or not (b4 h16 s4096)
         staging, warps, block_k = "prepass", 4, 64
     tunables = (
         Tunable("staging", STAGINGS, staging),
