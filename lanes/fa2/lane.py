@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import (
-    Artifact,
-    Availability,
     Config,
     KernelSource,
     Platform,
@@ -14,9 +12,7 @@ from arbiter._values import (
     Tunable,
 )
 
-from .._gpu import build as _build
-from .._gpu import detect as _detect
-from .._gpu.runner import GpuRunner
+from .._gpu.lane import GpuLane
 from .emit import HEAD_DIMS, LANE, STAGINGS, smem_bytes
 from .emit import emit as _emit
 
@@ -82,18 +78,10 @@ def space_for(region: Region, platform: Platform) -> Space:
     return Space(tunables, rules)
 
 
-class FA2Lane:
+class FA2Lane(GpuLane):
     name = LANE
     precisions = ("f16", "bf16")
     version = "2"
-
-    @property
-    def platform(self) -> Platform:
-        return _detect.gpu_platform()
-
-    def available(self) -> Availability:
-        ok, why = _detect.platform_report()
-        return Availability(ok, why)
 
     def applies_to(self, region: Region) -> str | None:
         if not isinstance(region, AttentionRegion):
@@ -107,12 +95,6 @@ class FA2Lane:
 
     def emit(self, region: Region, config: Config) -> KernelSource:
         return _emit(region, config, self.platform)
-
-    def build(self, source: KernelSource) -> Artifact:
-        return _build.gpu_build(self, source, self.platform)
-
-    def runner(self, artifact: Artifact, region: Region) -> GpuRunner:
-        return GpuRunner(artifact, region, self.platform)
 
 
 lane = FA2Lane()

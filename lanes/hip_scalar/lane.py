@@ -6,19 +6,14 @@ from __future__ import annotations
 from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
 from arbiter._values import (
-    Artifact,
-    Availability,
     Config,
     KernelSource,
-    Platform,
     Rule,
     Space,
     Tunable,
 )
 
-from .._gpu.build import gpu_build
-from .._gpu.detect import gpu_platform, platform_report
-from .._gpu.runner import GpuRunner
+from .._gpu.lane import GpuLane
 from .attention import attention_space, emit_attention
 from .emit import REG_BUDGET, emit, items_per_thread, parse_pair
 
@@ -109,19 +104,10 @@ def _fused_space(region: FusedRegion) -> Space:
     return Space(tunables, rules)
 
 
-class HipScalarLane:
+class HipScalarLane(GpuLane):
     name = "hip_scalar"
     precisions = ("f32",)
     version = "1"
-
-    @property
-    def platform(self) -> Platform:
-        """Where it would run here: the detected GPU's platform, else ROCm (the target)."""
-        return gpu_platform()
-
-    def available(self) -> Availability:
-        ok, why = platform_report()
-        return Availability(ok, why)
 
     def applies_to(self, region: Region) -> str | None:
         return None
@@ -139,12 +125,6 @@ class HipScalarLane:
         if isinstance(region, AttentionRegion):
             return emit_attention(region, config, self.name)
         return emit(region, config)
-
-    def build(self, source: KernelSource) -> Artifact:
-        return gpu_build(self, source, self.platform)
-
-    def runner(self, artifact: Artifact, region: Region) -> GpuRunner:
-        return GpuRunner(artifact, region, self.platform)
 
 
 lane = HipScalarLane()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from arbiter._region import FusedRegion, Region
 from arbiter._values import (
-    Artifact,
-    Availability,
     Config,
     KernelSource,
     Platform,
@@ -15,9 +13,7 @@ from arbiter._values import (
     Tunable,
 )
 
-from .._gpu import build as _build
-from .._gpu import detect as _detect
-from .._gpu.runner import GpuRunner
+from .._gpu.lane import GpuLane
 from .emit import LANE, smem_bytes
 from .emit import emit as _emit
 
@@ -58,18 +54,10 @@ def _regs_per_thread(v, platform: Platform) -> int:
 LARGE_PRODUCT = 512**3  # M*N*K from which the large-tile prepass default applies
 
 
-class WmmaGemmLane:
+class WmmaGemmLane(GpuLane):
     name = LANE
     precisions = ("f16", "bf16")
     version = "1"
-
-    @property
-    def platform(self) -> Platform:
-        return _detect.gpu_platform()
-
-    def available(self) -> Availability:
-        ok, why = _detect.platform_report()
-        return Availability(ok, why)
 
     def applies_to(self, region: Region) -> str | None:
         if not isinstance(region, FusedRegion):
@@ -144,12 +132,6 @@ class WmmaGemmLane:
 
     def emit(self, region: Region, config: Config) -> KernelSource:
         return _emit(region, config, self.platform)
-
-    def build(self, source: KernelSource) -> Artifact:
-        return _build.gpu_build(self, source, self.platform)
-
-    def runner(self, artifact: Artifact, region: Region) -> GpuRunner:
-        return GpuRunner(artifact, region, self.platform)
 
 
 lane = WmmaGemmLane()
