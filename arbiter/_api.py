@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._check import build_candidate, check_candidate
+from ._check import build_candidate
 from ._errors import ArbiterError, InputError, LaneError, SpecError
 from ._inputs import input_shapes, output_shape, random_inputs, validate_inputs
 from ._lane import Lane
@@ -62,17 +62,31 @@ def _spec(spec: str | Path | Spec) -> Spec:
 
 
 def check(
-    spec: str | Path | Spec, *, lanes: Sequence[str] | None = None, budget: float | None = None
+    spec: str | Path | Spec, *, lanes: Sequence[str] | None = None, budget: float | None = None,
+    timeout: float = 120.0,
 ) -> list[dict[str, Any]]:
-    """Every applicable, available lane's default config on every region, against the oracle."""
+    """Every applicable, available lane's default config on every region, against the oracle.
+
+    Each check runs in the trial worker process, so a lane that crashes or hangs is a status
+    in the table, not the end of the command.
+    """
+    from ._worker import Worker
+
     chosen = usable_lanes(lanes)
+    regions = _spec(spec).regions
     rows = []
-    for region in _spec(spec):
-        b = budget_of(region, budget)
-        for lane in chosen:
-            if lane.applies_to(region) is not None:
-                continue
-            m = check_candidate(lane, region, lane.space(region).default, b)
+    with Worker(timeout=timeout) as worker:
+        for region in regions:
+            rows += _check_region(worker, region, chosen, budget_of(region, budget))
+    return rows
+
+
+def _check_region(worker: Any, region: Region, lanes: list[Lane], b: float) -> list[dict]:
+    rows = []
+    for lane in lanes:
+        if lane.applies_to(region) is None:
+            m = worker.check(lane.name, region, lane.space(region).default, b,
+                             warmup=0, repeats=0).measurement
             detail = "" if m.status.value == "ok" else m.log.strip().splitlines()[-1:]
             rows.append({
                 "region": region.name, "lane": lane.name, "status": m.status.value,

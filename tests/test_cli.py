@@ -180,3 +180,21 @@ def test_run_rejects_wrong_shapes_in_npz(tmp_path):
         str(tmp_path / "o.npz"),
     )
     assert_one_line_error(p, "input 'A' has shape (256, 255), need (256, 256)")
+
+
+def test_check_survives_a_crashing_lane(tmp_path):
+    import os
+
+    from tests import fake_lanes
+
+    env = {**os.environ, "ARBITER_EXTRA_LANES": fake_lanes.extra_lanes(),
+           "PYTHONPATH": fake_lanes.pythonpath(), "ARBITER_CACHE_DIR": str(tmp_path / "c")}
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[region]]\nname="r"\nM=8\nN=16\nK=8\nepilogue=["bias","relu"]\n')
+    p = subprocess.run([sys.executable, "-m", "arbiter", "check", str(spec), "--lanes",
+                        "fake_segfault,numpy", "--json"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 1, p.stderr
+    rows = {r["lane"]: r for r in json.loads(p.stdout)}
+    assert rows["fake_segfault"]["status"] == "crashed"
+    assert rows["numpy"]["status"] == "ok"
