@@ -12,14 +12,14 @@ arb() { python3 -m arbiter "$@"; }
 
 arb lanes | tee "$out/lanes.txt"
 t0=$SECONDS
-timeout 300 python3 -m arbiter tune examples/regions.toml --db "sqlite:///$out/examples.db" \
-  --trials 10 --timeout 120 >"$out/tune_examples.txt" 2>&1
+timeout 150 python3 -m arbiter tune examples/regions.toml --db "sqlite:///$out/examples.db" \
+  --trials 8 --timeout 120 >"$out/tune_examples.txt" 2>&1
 echo "tune examples: rc=$? in $((SECONDS - t0)) s"
 arb best examples/regions.toml --db "sqlite:///$out/examples.db" | tee "$out/best_examples.txt"
 
 t0=$SECONDS
-timeout 240 python3 -m arbiter tune bench/h200_picks.toml --lanes hip_scalar,torch,wmma_gemm,fa2 \
-  --db "sqlite:///$out/picks.db" --trials 8 --timeout 120 >"$out/tune_picks.txt" 2>&1
+timeout 330 python3 -m arbiter tune bench/h200_picks.toml --lanes hip_scalar,torch,wmma_gemm,fa2 \
+  --db "sqlite:///$out/picks.db" --trials 6 --timeout 120 >"$out/tune_picks.txt" 2>&1
 echo "tune picks: rc=$? in $((SECONDS - t0)) s"
 for b in 1e-3 5e-3; do
   echo "== budget $b"
