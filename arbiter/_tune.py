@@ -96,10 +96,13 @@ def tune(
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
         plans.append((region, region_id, env_id, lane_ids,
                       plan(region, region_lanes, records, region_id, env_id, trials)))
-    bar = _bar(sum(p.needed for *_, p in plans), progress)
+    needed = sum(p.needed for *_, p in plans)
+    bar = _bar(needed, progress)
     rows = []
     try:
         with Worker(timeout) as worker:
+            if needed:
+                worker.start()
             for region, region_id, env_id, lane_ids, p in plans:
                 b = budget_of(region, budget)
                 if not p.lanes:

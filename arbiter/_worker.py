@@ -154,6 +154,8 @@ def _serve() -> None:
     import faulthandler
 
     faulthandler.enable()  # a segfault leaves the Python stack in the trial's log
+    from . import _check, _registry  # noqa: F401  (imported while the parent gets ready)
+
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # lane prints go to the log, not into the protocol
     while True:
@@ -194,6 +196,10 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def start(self) -> None:
+        """Start the child now (its imports overlap the caller's own start-up)."""
+        self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
