@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import traceback
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -86,6 +87,7 @@ def check_candidate(
     warmup: int = 0,
     repeats: int = 0,
     input_sets: int = 2,
+    before_timing: Callable[[], None] | None = None,
 ) -> Measurement:
     """Build, verify on fresh random inputs (two seeds by default), then optionally time.
 
@@ -107,6 +109,8 @@ def check_candidate(
                                compile_seconds=built.compile_seconds,
                                timing_method=runner.timing_method, log=log)
         sets = [cached_inputs(region, s + 7919) for s in seeds[:input_sets]]
+        if before_timing is not None:
+            before_timing()
         samples = runner.time(sets, warmup=warmup, repeats=repeats)
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)

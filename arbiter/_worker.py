@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ class Outcome:
     measurement: Measurement
     build_s: float = 0.0  # inside lane.build (cache lookups included)
     timing_s: float = 0.0  # inside runner.time (warm-up and repeats)
+    gate_s: float = 0.0  # waiting, before timing, for the parent to finish its own work
     work_s: float = 0.0  # the whole request in the child
     wall_s: float = 0.0  # the whole request seen by the parent
 
@@ -85,18 +86,26 @@ def _check(req: dict[str, Any]) -> Outcome:
     from ._check import check_candidate
     from ._registry import get_lane
 
-    clock = {"build": 0.0, "timing": 0.0}
+    clock = {"build": 0.0, "timing": 0.0, "gate": 0.0}
     t0 = time.perf_counter()
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
+
+    def gate() -> None:
+        g0 = time.perf_counter()
+        req["_gate"]()
+        clock["gate"] += time.perf_counter() - g0
+
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
-                        seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"])
+                        seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"],
+                        before_timing=gate)
     if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
         # timed because it is inside the ceiling (a looser budget may want it later), but it
         # fails this sweep's budget
         m = Measurement(Status.WRONG_RESULT, m.rel_error, m.max_abs, m.samples, m.timing_method,
                         m.compile_seconds, m.log + f"\nover budget {budget:g}")
-    return Outcome(m, clock["build"], clock["timing"], time.perf_counter() - t0)
+    return Outcome(m, clock["build"], clock["timing"], clock["gate"],
+                   time.perf_counter() - t0)
 
 
 def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
@@ -150,6 +159,12 @@ def _send(fd: int, obj: Any) -> None:
         view = view[os.write(fd, view):]
 
 
+def _receive() -> Any:
+    head = _read_exact(0, _HEADER.size)
+    body = _read_exact(0, _HEADER.unpack(head)[0]) if head is not None else None
+    return pickle.loads(body) if body is not None else None
+
+
 def _serve() -> None:
     import faulthandler
 
@@ -158,18 +173,23 @@ def _serve() -> None:
 
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # lane prints go to the log, not into the protocol
-    while True:
-        head = _read_exact(0, _HEADER.size)
-        if head is None:
-            return
-        body = _read_exact(0, _HEADER.unpack(head)[0])
-        if body is None:
-            return
-        req = pickle.loads(body)
+    while (req := _receive()) is not None:
+        # Every check request is followed by one "go" from the parent once its own work for
+        # the previous trial is done; timing waits for it, so the parent's database writes
+        # overlap this candidate's build and verification, never its timing.
+        pending = [True]
+
+        def wait_go(pending: list[bool] = pending) -> None:
+            if pending and pending.pop() and _receive() is None:
+                raise SystemExit(0)  # parent gone
+
+        req["_gate"] = wait_go
         try:
             reply: Any = ("ok", _HANDLERS[req["op"]](req))
         except Exception:  # a lane raising something unexpected is a result, not a crash
             reply = ("error", traceback.format_exc(limit=8))
+        if req["op"] == "check":
+            wait_go()  # a candidate that never reached timing still takes its "go"
         _send(reply_fd, reply)
 
 
@@ -231,12 +251,15 @@ class Worker:
         self._log.seek(0, os.SEEK_END)
         return text[-LOG_TAIL:]
 
-    def _call(self, req: dict[str, Any], timeout: float) -> Any:
+    def _call(self, req: dict[str, Any], timeout: float,
+              meanwhile: Callable[[], None] | None = None) -> Any:
         proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None
         offset = self._log.seek(0, os.SEEK_END)
         try:
             _send(proc.stdin.fileno(), req)
+            if req["op"] == "check":
+                self._meanwhile_then_go(proc, meanwhile)
         except BrokenPipeError:
             pass  # it died before reading; the read below reports how
         fd = proc.stdout.fileno()
@@ -265,19 +288,35 @@ class Worker:
                     raise _Dead(Status.LAUNCH_FAILED, value)
                 return value
 
+    def _meanwhile_then_go(self, proc: subprocess.Popen[bytes],
+                           meanwhile: Callable[[], None] | None) -> None:
+        assert proc.stdin is not None
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        except BaseException:
+            self._kill()  # its reply would be read by the next request: start afresh
+            raise
+        _send(proc.stdin.fileno(), {"op": "go"})
+
     def check(self, lane: str, region: Any, config: Config, budget: float, *,
               ceiling: float | None = None, warmup: int = 3, repeats: int = 15,
-              seeds: Sequence[int] | None = None) -> Outcome:
-        """Build, verify (on `seeds`, else fresh ones), then time; failures are Outcomes."""
+              seeds: Sequence[int] | None = None,
+              meanwhile: Callable[[], None] | None = None) -> Outcome:
+        """Build, verify (on `seeds`, else fresh ones), then time; failures are Outcomes.
+
+        `meanwhile` is parent work (the previous trial's database writes) run while the child
+        builds and verifies; the child starts timing only after it returns.
+        """
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
                "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
         t0 = time.perf_counter()
         try:
-            out: Outcome = self._call(req, self.timeout)
+            out: Outcome = self._call(req, self.timeout, meanwhile)
         except _Dead as d:
             return Outcome(Measurement(d.status, log=d.log), wall_s=time.perf_counter() - t0)
-        return Outcome(out.measurement, out.build_s, out.timing_s, out.work_s,
+        return Outcome(out.measurement, out.build_s, out.timing_s, out.gate_s, out.work_s,
                        time.perf_counter() - t0)
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
