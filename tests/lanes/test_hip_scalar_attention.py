@@ -5,13 +5,13 @@ from __future__ import annotations
 import secrets
 
 import pytest
+from arbiter.lanes._gpu.build import device_asm, isa_resources
+from arbiter.lanes._gpu.detect import toolchain
+from arbiter.lanes.hip_scalar import lane
 
 from arbiter._check import build_candidate, verify
 from arbiter._region import AttentionRegion
 from arbiter._values import Measurement, Platform, Status
-from arbiter.lanes._gpu.build import device_asm, isa_resources
-from arbiter.lanes._gpu.detect import toolchain
-from arbiter.lanes.hip_scalar import lane
 
 REGIONS = [
     AttentionRegion(1, 2, 37, 64, name="odd", seq_k=53),
