@@ -22,7 +22,7 @@ import random
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ._check import fresh_seeds
 from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
@@ -379,7 +379,9 @@ def tune_region(
 def finals(region: Any, p: Plan, records: Records, worker: Worker, region_id: int,
            env_id: int, lane_ids: dict[str, int], budget: float) -> Choice | None:
     """Re-time the top few interleaved (A B C A B C ...) and choose among those numbers."""
-    fit = sorted((r for r in p.measured.values() if r.fits(budget)), key=lambda r: r.median)
+    # cast: fits() implies a timed result, so median is set
+    fit = sorted((r for r in p.measured.values() if r.fits(budget)),
+                 key=lambda r: cast(float, r.median))
     top = fit[:FINALISTS]
     if len(top) < 2:
         return choose(top, budget)

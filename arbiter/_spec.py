@@ -19,7 +19,7 @@ __all__ = ["Spec", "load_spec", "parse_spec"]
 
 _NUM = (int, float)
 # field -> (accepted types, type name for messages); one table, shared by all kinds
-_TYPES = {
+_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": (str, "string"),
     "kind": (str, "string"),
     "M": (int, "integer"),

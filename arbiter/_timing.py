@@ -11,7 +11,7 @@ HOST_METHOD = "monotonic_ns"
 
 
 def time_host(
-    call: Callable[[int], None], n_sets: int, *, warmup: int, repeats: int
+    call: Callable[[int], object], n_sets: int, *, warmup: int, repeats: int
 ) -> list[float]:
     """Time `call(i)` (i = which input set) `repeats` times after `warmup` calls; seconds."""
     if n_sets < 1 or repeats < 1 or warmup < 0:

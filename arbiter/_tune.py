@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ._api import usable_lanes
 from ._errors import ArbiterError, LaneError
@@ -193,7 +193,8 @@ def _reverified(region: Region, budget: float, records: Records, region_id: int,
                 timeout: float) -> dict[str, Any]:
     env_id = records.environment_id(fp.hash)
     for other, results in records.foreign(region_id, env_id):
-        fit = sorted((r for r in results if r.fits(budget)), key=lambda r: r.median)
+        # cast: fits() implies a timed result, so median is set
+        fit = sorted((r for r in results if r.fits(budget)), key=lambda r: cast(float, r.median))
         for r in fit[:VERIFY_TRIES]:
             try:
                 lane = get_lane(r.lane)

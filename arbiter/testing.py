@@ -22,6 +22,9 @@ from ._check import build_candidate, verify
 from ._errors import InputError
 from ._inputs import input_shapes, output_shape, poison, random_inputs
 from ._lane import Lane, Runner
+from ._ops import Epilogue as E
+from ._ops import Pointwise as P
+from ._ops import Reduction as R
 from ._oracle import budget_of
 from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
 from ._registry import get_lane
@@ -30,19 +33,19 @@ from ._values import Artifact, Config, Measurement, Platform, Status
 __all__ = ["CONFORMANCE_REGIONS", "LaneConformance"]
 
 CONFORMANCE_REGIONS: tuple[Region, ...] = (
-    FusedRegion(1, 17, 3, name="tiny_bias_relu", epilogue=("bias", "relu")),
-    FusedRegion(33, 65, 31, name="odd_gelu_residual", epilogue=("bias", "gelu"), residual=True),
-    FusedRegion(64, 96, 40, name="prologue_chain", prologue=("silu",),
-                epilogue=("sigmoid", "tanh")),
-    FusedRegion(17, 129, 24, name="bias_softmax", epilogue=("bias",), reduction="softmax"),
-    FusedRegion(9, 200, 16, name="silu_rmsnorm", epilogue=("silu",), reduction="rmsnorm", eps=1e-6),
-    FusedRegion(48, 64, 64, name="residual_layer_norm", epilogue=("bias",), residual=True,
-                reduction="layer_norm"),
-    RowwiseRegion(1, 17, name="row_tiny_gelu", epilogue=("gelu",)),
-    RowwiseRegion(37, 301, name="row_bias_silu_residual", epilogue=("bias", "silu"), residual=True),
-    RowwiseRegion(19, 1000, name="row_softmax", reduction="softmax"),
-    RowwiseRegion(8, 4099, name="row_bias_rmsnorm", epilogue=("bias",), reduction="rmsnorm"),
-    RowwiseRegion(5, 513, name="row_layer_norm", epilogue=("tanh",), reduction="layer_norm"),
+    FusedRegion(1, 17, 3, name="tiny_bias_relu", epilogue=(E.BIAS, E.RELU)),
+    FusedRegion(33, 65, 31, name="odd_gelu_residual", epilogue=(E.BIAS, E.GELU), residual=True),
+    FusedRegion(64, 96, 40, name="prologue_chain", prologue=(P.SILU,),
+                epilogue=(E.SIGMOID, E.TANH)),
+    FusedRegion(17, 129, 24, name="bias_softmax", epilogue=(E.BIAS,), reduction=R.SOFTMAX),
+    FusedRegion(9, 200, 16, name="silu_rmsnorm", epilogue=(E.SILU,), reduction=R.RMSNORM, eps=1e-6),
+    FusedRegion(48, 64, 64, name="residual_layer_norm", epilogue=(E.BIAS,), residual=True,
+                reduction=R.LAYER_NORM),
+    RowwiseRegion(1, 17, name="row_tiny_gelu", epilogue=(E.GELU,)),
+    RowwiseRegion(37, 301, name="row_bias_silu_residual", epilogue=(E.BIAS, E.SILU), residual=True),
+    RowwiseRegion(19, 1000, name="row_softmax", reduction=R.SOFTMAX),
+    RowwiseRegion(8, 4099, name="row_bias_rmsnorm", epilogue=(E.BIAS,), reduction=R.RMSNORM),
+    RowwiseRegion(5, 513, name="row_layer_norm", epilogue=(E.TANH,), reduction=R.LAYER_NORM),
     AttentionRegion(1, 2, 37, 64, name="attn_odd", seq_k=53),
     AttentionRegion(2, 1, 64, 64, name="attn_causal", causal=True),
     AttentionRegion(1, 2, 70, 32, name="attn_causal_kv_short", seq_k=20, causal=True,
@@ -169,11 +172,11 @@ class LaneConformance:
             assert region.key in source.text, "generated source must record the region key"
 
 
-def _bad_inputs(region: Region) -> list[dict[str, object]]:
+def _bad_inputs(region: Region) -> list[dict[str, np.ndarray]]:
     """Input sets that each break one rule: a wrong shape, a wrong dtype, a missing array."""
     good = random_inputs(region, 0)
     names = list(input_shapes(region))
-    cases: list[dict[str, object]] = []
+    cases: list[dict[str, np.ndarray]] = []
     first = names[1] if isinstance(region, FusedRegion) else names[0]  # B rows != K for matmuls
     shape = good[first].shape
     cases.append({**good, first: np.ones((shape[0] + 1,) + shape[1:], np.float32)})

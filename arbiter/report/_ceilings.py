@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,7 @@ def measure_gpu() -> list[Ceiling]:
     nbytes = 1 << 30
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    copy_s = device_seconds(lambda s=src, d=dst: d.copy_(s))
+    copy_s = device_seconds(partial(dst.copy_, src))
     del src, dst  # free 2 GiB before the matmuls
     out = [
         (
@@ -101,7 +102,7 @@ def measure_gpu() -> list[Ceiling]:
     for name, dtype in (("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)):
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
-        t = device_seconds(lambda a=a, b=b: torch.matmul(a, b))
+        t = device_seconds(partial(torch.matmul, a, b))
         out.append(
             (
                 f"gpu_matmul_{name}",

@@ -287,7 +287,7 @@ def speedup(summary: pd.DataFrame) -> Figure:
     ax.barh(y, s["speedup"], color=[colors[n] for n in s["winner"]])
     ax.axvline(1.0, color=VENDOR, ls="--", lw=1.2)
     ax.set_yticks(y, [_panel_title(r, many) for _, r in s.iterrows()])
-    for yi, (_, r) in zip(y, s.iterrows()):
+    for yi, (_, r) in enumerate(s.iterrows()):
         ax.text(
             r["speedup"],
             yi,
