@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from alembic import context
 from sqlalchemy import create_engine
 
@@ -33,7 +35,7 @@ def run() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(url)
+    engine = create_engine(cast(str, url))  # cast: alembic.ini always sets sqlalchemy.url
     with engine.begin() as connection:
         _configure(connection)
         with context.begin_transaction():

@@ -68,7 +68,7 @@ def _nvidia() -> Gpu | None:
 
 
 def _amd() -> Gpu | None:
-    for tool, args in (("rocm_agent_enumerator", []), ("rocminfo", [])):
+    for tool, args in (("rocm_agent_enumerator", ()), ("rocminfo", ())):
         if shutil.which(tool) is None:
             continue
         rc, out = run_tool([tool, *args], timeout=20)

@@ -8,7 +8,9 @@ rebuilt by hand from the printed source.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
@@ -22,7 +24,7 @@ STAGINGS = ("inline", "prepass")
 _KERNEL = Path(__file__).with_name("fa2_kernel.hip")
 
 
-def smem_bytes(platform: Platform, head_dim: int, config: Config | dict) -> int:
+def smem_bytes(platform: Platform, head_dim: int, config: Config | Mapping[str, Any]) -> int:
     """Dynamic shared memory of one block: K/V stages (+ per-warp P scratch on gfx11).
 
     Mirrors the FA2_*_HALVES macros of fa2_kernel.hip: rows padded by 8 halves (16 bytes).

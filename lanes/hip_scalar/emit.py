@@ -23,6 +23,7 @@ next to the matmul, and works for any N).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from arbiter._errors import EmitError
@@ -89,7 +90,7 @@ def _header(region: Region, config: Config) -> str:
     )
 
 
-def _defines(items: list[tuple[str, object, str]]) -> str:
+def _defines(items: Sequence[tuple[str, object, str]]) -> str:
     width = max(len(n) for n, _, _ in items)
     return "".join(f"#define {n:<{width}} {v}  /* {c} */\n" for n, v, c in items) + "\n"
 
@@ -99,7 +100,7 @@ def _indent(lines, n: int) -> list[str]:
     return [pad + ln for ln in lines]
 
 
-def _runner_tail(region: Region, launches: list[str]) -> str:
+def _runner_tail(region: FusedRegion | RowwiseRegion, launches: list[str]) -> str:
     shapes = input_shapes(region)
     elems = ", ".join(f"{_prod(s)}LL" for s in shapes.values())
     names = ", ".join(shapes)
@@ -186,7 +187,7 @@ def _reduce_slots(prog: RowProgram) -> int:
     return sum(len(s.reduce) for s in prog.steps if isinstance(s, Loop))
 
 
-def _row_kernel(region: Region, spread: RowSpread, in_place: bool) -> str:
+def _row_kernel(region: FusedRegion | RowwiseRegion, spread: RowSpread, in_place: bool) -> str:
     """`row_kernel(X, [bias], [res], out)`: the row program over M rows, spread per `spread`."""
     prog = row_program(region.epilogue, region.residual, region.reduction, region.eps)
     restrict = "" if in_place else " __restrict__"
@@ -274,8 +275,10 @@ def _store_slice(spread: RowSpread) -> list[str]:
     return lines + ["}"]
 
 
-def _row_defines(region: Region, spread: RowSpread, prefix: str = "") -> list:
-    items = [
+def _row_defines(
+    region: FusedRegion | RowwiseRegion, spread: RowSpread, prefix: str = ""
+) -> list[tuple[str, object, str]]:
+    items: list[tuple[str, object, str]] = [
         ("M", region.M, "rows"),
         ("N", region.N, "row length"),
         ("THREADS", spread.threads, "threads per row"),
@@ -292,7 +295,7 @@ def _row_defines(region: Region, spread: RowSpread, prefix: str = "") -> list:
     return items
 
 
-def _row_launch(region: Region, spread: RowSpread, src: str) -> str:
+def _row_launch(region: FusedRegion | RowwiseRegion, spread: RowSpread, src: str) -> str:
     args = [src]
     idx = {n: i for i, n in enumerate(input_shapes(region))}
     if region.has_bias:
@@ -318,7 +321,7 @@ def _emit_rowwise(region: RowwiseRegion, config: Config) -> str:
     )
 
 
-def _check_spread(region: Region, s: RowSpread) -> None:
+def _check_spread(region: FusedRegion | RowwiseRegion, s: RowSpread) -> None:
     if s.vec == 4 and region.N % 4:
         raise EmitError(f"{LANE}: vec=4 needs N % 4 == 0 (N={region.N})")
     if s.threads * s.rows > 1024:

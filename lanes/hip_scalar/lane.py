@@ -32,7 +32,7 @@ _STRATEGY_RULES = {
 }
 
 
-def _rowwise_space(region: Region) -> Space:
+def _rowwise_space(region: RowwiseRegion) -> Space:
     n = region.N
     arrays = 1 + int(region.has_bias) + int(region.residual)
     tunables = (

@@ -7,7 +7,7 @@ BLAS, then one numpy call per op, each making a temporary.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ def _sigmoid(x):
     return _F(1) / (_F(1) + np.exp(-x))
 
 
-_POINTWISE = {
+_POINTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, _F(0)),
     "gelu": lambda x: _F(0.5) * x * (_F(1) + np.tanh(_GELU_C * (x + _F(0.044715) * x * x * x))),
     "silu": lambda x: x * _sigmoid(x),
@@ -63,8 +63,8 @@ def compute(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
         return _attention(region, a["q"], a["k"], a["v"])
     if isinstance(region, FusedRegion):
         x = a["A"]
-        for op in region.prologue:
-            x = _POINTWISE[op.value](x)
+        for pre in region.prologue:
+            x = _POINTWISE[pre.value](x)
         x = x @ a["B"]
     else:
         x = a["X"]

@@ -70,8 +70,8 @@ def _compute(region: Region, a: Mapping[str, Any], tf32: bool) -> Any:
     if isinstance(region, FusedRegion):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         x = a["A"]
-        for op in region.prologue:
-            x = pw[op.value](x)
+        for pre in region.prologue:
+            x = pw[pre.value](x)
         x = torch.matmul(x, a["B"])
     else:
         x = a["X"]

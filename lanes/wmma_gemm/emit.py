@@ -9,7 +9,9 @@ prologue and epilogue use `lanes._scalar_body.pointwise` and the row reduction i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from arbiter._errors import EmitError
 from arbiter._inputs import input_shapes
@@ -26,7 +28,7 @@ ROW_WARPS = 8  # rows (one warp each) per block of the row-reduction kernel
 _KERNEL = Path(__file__).with_name("gemm_kernel.hip")
 
 
-def smem_bytes(config: Config | dict) -> int:
+def smem_bytes(config: Config | Mapping[str, Any]) -> int:
     """Dynamic shared memory of one GEMM block; mirrors LDA_S / LDB_S in gemm_kernel.hip."""
     bm, bn, bk = int(config["block_m"]), int(config["block_n"]), int(config["block_k"])
     return int(config["stages"]) * (bm * (bk + 8) + bk * (bn + 8)) * 2

@@ -71,7 +71,7 @@ def _render_program(prog: RowProgram) -> list[str]:
     return lines
 
 
-def _row_function(region: Region) -> str:
+def _row_function(region: FusedRegion | RowwiseRegion) -> str:
     prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
     params = ["const float* src", "float* dst"]
     if region.has_bias:
@@ -86,7 +86,7 @@ def _row_function(region: Region) -> str:
     )
 
 
-def _row_args(region: Region, idx: dict[str, int], row: str) -> str:
+def _row_args(region: FusedRegion | RowwiseRegion, idx: dict[str, int], row: str) -> str:
     args = []
     if region.has_bias:
         args.append(f"in[{idx['bias']}]")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -43,8 +43,8 @@ class CRunner:
         n = int(size())
         if n < 1:
             raise RuntimeError(f"{artifact.path}: bad workspace size {n}")
-        self._lib = lib
-        self._run = run
+        self._lib: ctypes.CDLL | None = lib
+        self._run: Callable[..., int] | None = run
         self._work = _aligned_floats(n)
 
     def _pointers(self, inputs: Mapping[str, np.ndarray]):
