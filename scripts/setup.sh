@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Arbiter needs on a fresh Debian 12 machine: the system compilers (gcc for the
 # x86 lane; clang-19, lld-19 and libamdhip64-dev for the gfx1151 compile checks), then the
-# package itself with its test extras. Safe to re-run.
+# package itself with its test and dev (ruff, mypy) extras. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -14,4 +14,4 @@ if [ ${#need[@]} -gt 0 ]; then
   "${SUDO[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q "${need[@]}"
 fi
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -e ".[test,dev]"
