@@ -114,7 +114,10 @@ class _Runner:
     def _place(self, arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         torch = _torch()
         a = validate_inputs(self.region, arrays)
-        return {n: torch.from_numpy(a[n]).to(self.device) for n in input_shapes(self.region)}
+        # a writable host copy first: the checker's cached inputs are read-only, and torch
+        # warns on (and may not honour) read-only arrays
+        return {n: torch.from_numpy(np.array(a[n])).to(self.device)
+                for n in input_shapes(self.region)}
 
     def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
         validate_output(self.region, out)
