@@ -16,11 +16,16 @@ Names the generated statements use, which every rendering must provide:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from arbiter._ops import Epilogue, Pointwise, Reduction
+from arbiter._region import AttentionRegion
 
-__all__ = ["Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE"]
+__all__ = [
+    "Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE", "attention_defines",
+    "defines",
+]
 
 GELU_K0 = "0.7978845608028654f"  # sqrt(2/pi)
 GELU_K1 = "0.044715f"
@@ -120,6 +125,25 @@ def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: floa
 
 def accumulator_init(kind: str) -> str:
     return "-INFINITY" if kind == "max" else "0.0f"
+
+
+def defines(items: Sequence[tuple[str, object, str]]) -> str:
+    """`#define NAME value  /* comment */` lines, values aligned in one column."""
+    width = max(len(n) for n, _, _ in items)
+    return "".join(f"#define {n:<{width}} {v}  /* {c} */\n" for n, v, c in items)
+
+
+def attention_defines(region: AttentionRegion) -> dict[str, object]:
+    """The region's shape as both scalar attention kernels read it: BH (batch x heads) rows of
+    SQ queries against SK keys, head_dim D, CAUSAL (bottom-right aligned) and SCALE."""
+    return {
+        "BH": region.batch * region.heads,
+        "SQ": region.seq_q,
+        "SK": region.seq_k,
+        "D": region.head_dim,
+        "CAUSAL": int(region.causal),
+        "SCALE": f"{float(region.scale)!r}f",
+    }
 
 
 # Plain-C definitions of the helpers for a CPU build. arb_exp is a polynomial with range

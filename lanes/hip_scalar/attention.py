@@ -10,10 +10,14 @@ a row that sees no key writes zeros.
 
 from __future__ import annotations
 
+import math
+
 from arbiter._errors import EmitError
 from arbiter._inputs import input_shapes, output_shape
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Space, Tunable
+
+from .._scalar_body import attention_defines
 
 __all__ = ["attention_space", "emit_attention"]
 
@@ -116,20 +120,13 @@ def attention_space(region: AttentionRegion) -> Space:
 def emit_attention(region: Region, config: Config, lane: str) -> KernelSource:
     if not isinstance(region, AttentionRegion):
         raise EmitError(f"{lane} attention: not an attention region ({region.kind})")
-    q_elems = 1
-    for n in output_shape(region):
-        q_elems *= n
+    q_elems = math.prod(output_shape(region))
     kv = input_shapes(region)["k"]
     defines = {
-        "BH": region.batch * region.heads,
-        "SQ": region.seq_q,
-        "SK": region.seq_k,
-        "D": region.head_dim,
-        "CAUSAL": int(region.causal),
-        "SCALE": f"{float(region.scale)!r}f",
+        **attention_defines(region),
         "WARPS": int(config["warps"]),
         "Q_ELEMS": f"{q_elems}LL",
-        "KV_ELEMS": f"{kv[0] * kv[1] * kv[2] * kv[3]}LL",
+        "KV_ELEMS": f"{math.prod(kv)}LL",
     }
     header = (
         f"/* arbiter lane {lane}: generated, do not edit. f32 attention, one query row per warp.\n"

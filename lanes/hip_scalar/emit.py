@@ -23,6 +23,7 @@ next to the matmul, and works for any N).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +32,15 @@ from arbiter._inputs import input_shapes
 from arbiter._region import FusedRegion, Region, RowwiseRegion
 from arbiter._values import Config, KernelSource
 
-from .._scalar_body import Loop, RowProgram, Scalar, accumulator_init, pointwise, row_program
+from .._scalar_body import (
+    Loop,
+    RowProgram,
+    Scalar,
+    accumulator_init,
+    defines,
+    pointwise,
+    row_program,
+)
 
 __all__ = ["LANE", "RowSpread", "emit", "items_per_thread", "parse_pair", "second_pass_spread"]
 
@@ -91,8 +100,7 @@ def _header(region: Region, config: Config) -> str:
 
 
 def _defines(items: Sequence[tuple[str, object, str]]) -> str:
-    width = max(len(n) for n, _, _ in items)
-    return "".join(f"#define {n:<{width}} {v}  /* {c} */\n" for n, v, c in items) + "\n"
+    return defines(items) + "\n"
 
 
 def _indent(lines, n: int) -> list[str]:
@@ -102,7 +110,7 @@ def _indent(lines, n: int) -> list[str]:
 
 def _runner_tail(region: FusedRegion | RowwiseRegion, launches: list[str]) -> str:
     shapes = input_shapes(region)
-    elems = ", ".join(f"{_prod(s)}LL" for s in shapes.values())
+    elems = ", ".join(f"{math.prod(s)}LL" for s in shapes.values())
     names = ", ".join(shapes)
     out = region.M * region.N
     body = "\n".join(f"    {ln}" for ln in launches)
@@ -114,13 +122,6 @@ def _runner_tail(region: FusedRegion | RowwiseRegion, launches: list[str]) -> st
         "static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream)\n"
         f"{{\n{body}\n    return hipGetLastError();\n}}\n\n#include \"arb_runner.h\"\n"
     )
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 # -- the row kernel ------------------------------------------------------------------------
@@ -276,7 +277,7 @@ def _store_slice(spread: RowSpread) -> list[str]:
 
 
 def _row_defines(
-    region: FusedRegion | RowwiseRegion, spread: RowSpread, prefix: str = ""
+    region: FusedRegion | RowwiseRegion, spread: RowSpread
 ) -> list[tuple[str, object, str]]:
     items: list[tuple[str, object, str]] = [
         ("M", region.M, "rows"),

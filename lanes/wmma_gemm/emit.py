@@ -9,6 +9,7 @@ prologue and epilogue use `lanes._scalar_body.pointwise` and the row reduction i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     lines.append("")
     lines.append(f"#define ARB_N_INPUTS {len(shapes)}  /* {', '.join(shapes)} */")
-    elems = ", ".join(str(_prod(s)) for s in shapes.values())
+    elems = ", ".join(str(math.prod(s)) for s in shapes.values())
     lines.append(f"static const long long arb_input_elems[ARB_N_INPUTS] = {{{elems}}};")
     lines.append(f"static const long long arb_output_elems = {r.M * r.N};")
     lines.append("")
@@ -163,10 +164,3 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         lines += _row_reduce(r)
     text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
     return KernelSource(LANE, r.key, config, "hip", text)
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

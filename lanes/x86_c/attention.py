@@ -16,6 +16,8 @@ from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Tunable
 
+from .._scalar_body import attention_defines
+
 __all__ = ["attention_tunables", "emit_attention"]
 
 _KERNEL = r"""
@@ -96,12 +98,7 @@ def emit_attention(region: Region, config: Config, header: str,
         raise EmitError(f"x86_c attention: not an attention region ({region.kind})")
     schedule = {"static": "static", "dynamic": "dynamic, 8"}[config["schedule"]]
     defines = {
-        "BH": region.batch * region.heads,
-        "SQ": region.seq_q,
-        "SK": region.seq_k,
-        "D": region.head_dim,
-        "CAUSAL": int(region.causal),
-        "SCALE": f"{float(region.scale)!r}f",
+        **attention_defines(region),
         "KEY_BLOCK": int(config["key_block"]),
         "THREADS": int(config["threads"]),
         "SCHEDULE": schedule,

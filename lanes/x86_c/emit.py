@@ -18,7 +18,15 @@ from arbiter._inputs import input_shapes
 from arbiter._region import FusedRegion, Region, RowwiseRegion
 from arbiter._values import Config, KernelSource
 
-from .._scalar_body import C_PRELUDE, Loop, RowProgram, Scalar, accumulator_init, pointwise
+from .._scalar_body import (
+    C_PRELUDE,
+    Loop,
+    RowProgram,
+    Scalar,
+    accumulator_init,
+    pointwise,
+)
+from .._scalar_body import defines as _defines
 from .._scalar_body import row_program as _row_program
 
 __all__ = ["emit", "parse_tile", "compile_options"]
@@ -166,11 +174,6 @@ def _includes() -> str:
         "#include <omp.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
         "#if defined(__AVX__)\n#include <immintrin.h>\n#endif\n" + C_PRELUDE + "\n"
     )
-
-
-def _defines(items: list[tuple[str, object, str]]) -> str:
-    width = max(len(n) for n, _, _ in items)
-    return "".join(f"#define {n:<{width}} {v}  /* {c} */\n" for n, v, c in items)
 
 
 def _prologue_function(region: FusedRegion) -> str:
