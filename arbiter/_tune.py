@@ -147,7 +147,13 @@ def _tuned_row(region: Region, budget: float, t: RegionTuning, records: Records,
     w = records.winner(region_id, env_id, budget)
     if w is None:
         return _empty(region, budget, "no candidate within budget", **counts)
-    row = _empty(region, budget, "tie" if w["tie"] else "ok", **counts)
+    return _from_winner(region, budget, w, **counts)
+
+
+def _from_winner(region: Region, budget: float, w: dict[str, Any],
+                **extra: Any) -> dict[str, Any]:
+    """A row from a stored winner (`Records.winner`)."""
+    row = _empty(region, budget, "tie" if w["tie"] else "ok", **extra)
     row.update(lane=w["lane"], config=w["config"], precision=_precision(w["lane"], w["config"]),
                latency_ms=w["latency_ms"], spread_ms=w["spread_ms"], rel_error=w["rel_error"],
                tie=w["tie"], runner_up=w["runner_up"])
@@ -171,12 +177,7 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
     if env_id is not None:
         w = records.winner(region_id, env_id, b)
         if w is not None:
-            row = _empty(region, b, "tie" if w["tie"] else "ok", source="winner",
-                         fingerprint=fp.hash)
-            row.update(lane=w["lane"], config=w["config"], latency_ms=w["latency_ms"],
-                       precision=_precision(w["lane"], w["config"]), spread_ms=w["spread_ms"],
-                       rel_error=w["rel_error"], tie=w["tie"], runner_up=w["runner_up"])
-            return row
+            return _from_winner(region, b, w, source="winner", fingerprint=fp.hash)
         results = records.results(region_id, env_id)
         if results:
             choice = choose(results, b)
@@ -186,12 +187,11 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
                 raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
                                    f"budget {b:g}{low}")
             return _row(region, b, choice.winner, choice, source="records", fingerprint=fp.hash)
-    return _reverified(region, b, records, region_id, fp, timeout)
+    return _reverified(region, b, records, region_id, env_id, fp, timeout)
 
 
-def _reverified(region: Region, budget: float, records: Records, region_id: int, fp: Any,
-                timeout: float) -> dict[str, Any]:
-    env_id = records.environment_id(fp.hash)
+def _reverified(region: Region, budget: float, records: Records, region_id: int,
+                env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
     for other, results in records.foreign(region_id, env_id):
         # cast: fits() implies a timed result, so median is set
         fit = sorted((r for r in results if r.fits(budget)), key=lambda r: cast(float, r.median))
