@@ -103,6 +103,14 @@ class Plan:
     total: int | None  # candidates in all spaces together; None when too many to list
     target: int  # distinct candidates to have measured when done
     measured: dict[tuple[str, str], Result] = field(default_factory=dict)
+    # lane -> number of valid configs (None: too many to list); counting walks the whole space,
+    # so it is done once here and read by the ordering, pool and fallback draws below
+    sizes: dict[str, int | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, space in self.spaces.items():
+            if name not in self.sizes:
+                self.sizes[name] = space_size(space)
 
     @property
     def needed(self) -> int:
@@ -127,12 +135,13 @@ def plan(region: Any, lanes: list[Any], records: Records, region_id: int, env_id
          trials: int) -> Plan:
     chosen = {ln.name: ln for ln in lanes}
     spaces = {n: ln.space(region) for n, ln in chosen.items()}
-    sizes = [space_size(s) for s in spaces.values()]
-    total = None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+    sizes = {n: space_size(s) for n, s in spaces.items()}
+    counts = list(sizes.values())
+    total = None if any(n is None for n in counts) else sum(counts)  # type: ignore[arg-type]
     measured = {(r.lane, r.config.key): r for r in records.results(region_id, env_id)
                 if r.lane in chosen}
     target = trials if total is None else min(trials, total)
-    return Plan(chosen, spaces, total, target, measured)
+    return Plan(chosen, spaces, total, target, measured, sizes)
 
 
 def _params(lane: str, config: Config) -> dict[str, Any]:
@@ -269,7 +278,7 @@ def _mirror(mirror: Any, trial: Any, value: float, attrs: dict[str, Any]) -> Non
 
 def _pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
     """Every listable candidate, in a seeded random order."""
-    pool = [(lane, c) for lane, space in p.spaces.items() if space_size(space) is not None
+    pool = [(lane, c) for lane, space in p.spaces.items() if p.sizes[lane] is not None
             for c in space.configs()]
     rng.shuffle(pool)
     return pool
@@ -285,7 +294,7 @@ def _unmeasured(p: Plan, pool: list[tuple[str, Config]],
     for lane, cfg in pool:
         if (lane, cfg.key) not in p.measured:
             return lane, cfg
-    huge = sorted(ln for ln, s in p.spaces.items() if space_size(s) is None)
+    huge = sorted(ln for ln in p.spaces if p.sizes[ln] is None)
     for _ in range(1000 if huge else 0):
         lane = rng.choice(huge)
         cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
@@ -335,7 +344,7 @@ def tune_region(
         _sync(mirror, study, p, budget)
         # every lane's default first (smallest spaces, i.e. the vendor libraries, leading): the
         # library is always a measured candidate and the sampler starts from sane points
-        for name in sorted(p.lanes, key=lambda n: (space_size(p.spaces[n]) or math.inf, n)):
+        for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n)):
             default = p.spaces[name].default
             if p.needed > 0 and (name, default.key) not in p.measured:
                 _add(both, p, measure(name, default), budget)
