@@ -261,7 +261,13 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             )
             top = ok.quantile(0.9) if ok.notna().sum() > 3 else ok.max()
-            ax.set_ylim(0, max(top, row.get("vendor_ms") or 0, final) * 1.25)
+            high = max(top, row.get("vendor_ms") or 0, final)
+            if final > 0 and high / final > 20:
+                # one slow lane would flatten the rest on a linear axis
+                ax.set_yscale("log")
+                ax.set_ylim(final / 1.5, high * 1.5)
+            else:
+                ax.set_ylim(0, high * 1.25)
         ax.set_xlabel("trial number")
         ax.set_ylabel("latency (ms)")
         ax.set_title(_panel_title(row, many), fontsize=11)
