@@ -27,7 +27,14 @@ from sqlalchemy import (
     UniqueConstraint,
     select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    relationship,
+    selectinload,
+)
 
 __all__ = [
     "Base",
@@ -170,7 +177,10 @@ class CandidateModel(Base):
     @classmethod
     def of_region(cls, session: Session, region_id: int,
                   environment_id: int | None = None) -> list[CandidateModel]:
-        q = select(cls).where(cls.region_id == region_id)
+        # measurements (and environments, for fingerprints) in one query each, not one per
+        # candidate
+        q = select(cls).where(cls.region_id == region_id).options(
+            selectinload(cls.measurements), selectinload(cls.environment))
         if environment_id is not None:
             q = q.where(cls.environment_id == environment_id)
         return list(session.scalars(q.order_by(cls.id)))
