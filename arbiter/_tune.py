@@ -62,7 +62,8 @@ def _row(region: Region, budget: float, r: Result, choice: Choice | None = None,
         "tie": tie,
         "runner_up": None if not (choice and choice.runner_up) else {
             "lane": choice.runner_up.lane, "config": choice.runner_up.config.as_dict(),
-            "latency_ms": choice.runner_up.median * 1e3 if choice.runner_up.median else None},
+            "latency_ms": (None if choice.runner_up.median is None
+                           else choice.runner_up.median * 1e3)},
         **extra,
     }
 
