@@ -107,26 +107,28 @@ def _checked_arch(platform: Platform, arch: str, source: str) -> str:
     return arch
 
 
-def rocm_arch(explicit: str | None = None) -> str:
-    """--arch > ARBITER_ROCM_ARCH > detected AMD GPU > gfx1151."""
+_ARCH_SETTING = {Platform.ROCM: ("rocm_arch", "ARBITER_ROCM_ARCH"),
+                 Platform.CUDA: ("cuda_arch", "ARBITER_CUDA_ARCH")}
+
+
+def gpu_arch(platform: Platform, explicit: str | None = None) -> str:
+    """--arch > ARBITER_{ROCM,CUDA}_ARCH > detected GPU of that platform > gfx1151 / sm_90."""
     if explicit:
-        return _checked_arch(Platform.ROCM, explicit, "--arch")
-    env = settings().rocm_arch
+        return _checked_arch(platform, explicit, "--arch")
+    field, variable = _ARCH_SETTING[platform]
+    env = getattr(settings(), field)
     if env:
-        return _checked_arch(Platform.ROCM, env, "ARBITER_ROCM_ARCH")
+        return _checked_arch(platform, env, variable)
     gpu = detect_gpu()
-    return gpu.arch if gpu and gpu.platform is Platform.ROCM else DEFAULT_ROCM_ARCH
+    return gpu.arch if gpu and gpu.platform is platform else _DEFAULT_ARCH[platform]
+
+
+def rocm_arch(explicit: str | None = None) -> str:
+    return gpu_arch(Platform.ROCM, explicit)
 
 
 def cuda_arch(explicit: str | None = None) -> str:
-    """--arch > ARBITER_CUDA_ARCH > detected NVIDIA GPU > sm_90."""
-    if explicit:
-        return _checked_arch(Platform.CUDA, explicit, "--arch")
-    env = settings().cuda_arch
-    if env:
-        return _checked_arch(Platform.CUDA, env, "ARBITER_CUDA_ARCH")
-    gpu = detect_gpu()
-    return gpu.arch if gpu and gpu.platform is Platform.CUDA else DEFAULT_CUDA_ARCH
+    return gpu_arch(Platform.CUDA, explicit)
 
 
 def rocm_compiler() -> str | None:
