@@ -1,8 +1,8 @@
 """HIP-dialect source for the FlashAttention-2 lane: constants + fa2_kernel.hip + runner ABI.
 
 The kernel text lives beside this module (`fa2_kernel.hip`); emit only writes the header
-comment and the compile-time constants of one (region, config), so a failing trial can be
-rebuilt by hand from the printed source.
+comment, the compile-time constants of one (region, config) and the runner's size table, so a
+failing trial can be rebuilt by hand from the printed source.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Platform
+
+from .._gpu.abi import runner_table
 
 __all__ = ["HEAD_DIMS", "LANE", "STAGINGS", "emit", "smem_bytes"]
 
@@ -91,5 +93,6 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     if bf16:
         lines += ["#define FA2_BF16 1", "#define ARB_FRAG_BF16 1"]
     lines.append('#include "arb_gpu.h"')
+    lines += runner_table(r).splitlines()
     text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
     return KernelSource(LANE, r.key, config, "hip", text)

@@ -33,7 +33,8 @@
  *
  * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_SCALE_LOG2
  * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_PREPASS FA2_SMEM_BYTES, and FA2_BF16 (with
- * ARB_FRAG_BF16) for bf16 operands.
+ * ARB_FRAG_BF16) for bf16 operands; emit.py also writes the runner's size table
+ * (ARB_N_INPUTS, arb_input_elems, arb_output_elems).
  */
 #include "arb_frag.h" /* arb_pack2 and arb_cp_async16 for the prepass staging */
 
@@ -43,8 +44,6 @@
 #define FA2_OFF (FA2_SK - FA2_SQ)         /* causal: key j visible to query i iff j <= i + OFF */
 #define FA2_LDK (FA2_D + 8)               /* LDS row stride in halves: +16 B spreads banks */
 #define FA2_LOADS (FA2_BK * FA2_D / 4 / FA2_THREADS) /* float4 loads per thread per K or V tile */
-#define FA2_KV_ELEMS ((long long)FA2_B * FA2_H * FA2_SK * FA2_D)
-#define FA2_Q_ELEMS ((long long)FA2_B * FA2_H * FA2_SQ * FA2_D)
 
 #if !FA2_PREPASS && (FA2_BK * FA2_D / 4) % FA2_THREADS != 0
 #error "FA2_BK * FA2_D / 4 must be a multiple of the thread count"
@@ -674,10 +673,6 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
                 op[(long long)row * FA2_D + d * 16 + fa2_acc_col(e)] = oacc[d].x[e] * inv[fa2_slot(e)];
         }
 }
-
-#define ARB_N_INPUTS 3
-static const long long arb_input_elems[ARB_N_INPUTS] = {FA2_Q_ELEMS, FA2_KV_ELEMS, FA2_KV_ELEMS};
-static const long long arb_output_elems = FA2_Q_ELEMS;
 
 #if FA2_PREPASS
 static unsigned short* fa2_workspace = NULL; /* Q16, K16, V16 (or V^T), allocated on first launch */

@@ -10,13 +10,11 @@ a row that sees no key writes zeros.
 
 from __future__ import annotations
 
-import math
-
 from arbiter._errors import EmitError
-from arbiter._inputs import input_shapes, output_shape
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Space, Tunable
 
+from .._gpu.abi import runner_tail
 from .._scalar_body import attention_defines
 
 __all__ = ["attention_space", "emit_attention"]
@@ -96,21 +94,14 @@ attention_rows(const float* __restrict__ q, const float* __restrict__ k,
         if (d < D) o[row * D + d] = acc[t] * inv;
     }
 }
-
-#define ARB_N_INPUTS 3
-static const long long arb_input_elems[ARB_N_INPUTS] = {Q_ELEMS, KV_ELEMS, KV_ELEMS};
-static const long long arb_output_elems = Q_ELEMS;
-
-static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream)
-{
-    const long long rows = (long long)BH * SQ;
-    attention_rows<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * ARB_WARP, 0, stream>>>(
-        in[0], in[1], in[2], out);
-    return hipGetLastError();
-}
-
-#include "arb_runner.h"
 """
+
+
+_LAUNCH = [
+    "const long long rows = (long long)BH * SQ;",
+    "attention_rows<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * ARB_WARP, 0, stream>>>(",
+    "    in[0], in[1], in[2], out);",
+]
 
 
 def attention_space(region: AttentionRegion) -> Space:
@@ -120,14 +111,7 @@ def attention_space(region: AttentionRegion) -> Space:
 def emit_attention(region: Region, config: Config, lane: str) -> KernelSource:
     if not isinstance(region, AttentionRegion):
         raise EmitError(f"{lane} attention: not an attention region ({region.kind})")
-    q_elems = math.prod(output_shape(region))
-    kv = input_shapes(region)["k"]
-    defines = {
-        **attention_defines(region),
-        "WARPS": int(config["warps"]),
-        "Q_ELEMS": f"{q_elems}LL",
-        "KV_ELEMS": f"{math.prod(kv)}LL",
-    }
+    defines = {**attention_defines(region), "WARPS": int(config["warps"])}
     header = (
         f"/* arbiter lane {lane}: generated, do not edit. f32 attention, one query row per warp.\n"
         f" * region key: {region.key}\n"
@@ -135,5 +119,10 @@ def emit_attention(region: Region, config: Config, lane: str) -> KernelSource:
         f" * config:     {config}\n"
         f" */\n#include \"arb_gpu.h\"\n\n"
     )
-    text = header + "".join(f"#define {k} {v}\n" for k, v in defines.items()) + _KERNEL
+    text = (
+        header
+        + "".join(f"#define {k} {v}\n" for k, v in defines.items())
+        + _KERNEL
+        + runner_tail(region, _LAUNCH)
+    )
     return KernelSource(lane, region.key, config, "hip", text)

@@ -23,7 +23,6 @@ next to the matmul, and works for any N).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from arbiter._inputs import input_shapes
 from arbiter._region import FusedRegion, Region, RowwiseRegion
 from arbiter._values import Config, KernelSource
 
+from .._gpu.abi import runner_tail
 from .._scalar_body import (
     Loop,
     RowProgram,
@@ -106,22 +106,6 @@ def _defines(items: Sequence[tuple[str, object, str]]) -> str:
 def _indent(lines, n: int) -> list[str]:
     pad = " " * n
     return [pad + ln for ln in lines]
-
-
-def _runner_tail(region: FusedRegion | RowwiseRegion, launches: list[str]) -> str:
-    shapes = input_shapes(region)
-    elems = ", ".join(f"{math.prod(s)}LL" for s in shapes.values())
-    names = ", ".join(shapes)
-    out = region.M * region.N
-    body = "\n".join(f"    {ln}" for ln in launches)
-    return (
-        f"\n/* Inputs in arbiter.input_shapes order: {names}. */\n"
-        f"#define ARB_N_INPUTS {len(shapes)}\n"
-        f"static const long long arb_input_elems[ARB_N_INPUTS] = {{{elems}}};\n"
-        f"static const long long arb_output_elems = {out}LL;\n\n"
-        "static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream)\n"
-        f"{{\n{body}\n    return hipGetLastError();\n}}\n\n#include \"arb_runner.h\"\n"
-    )
 
 
 # -- the row kernel ------------------------------------------------------------------------
@@ -318,7 +302,7 @@ def _emit_rowwise(region: RowwiseRegion, config: Config) -> str:
         + (_BLOCK_REDUCE if spread.strategy == "block" and prog_has_red else "")
         + "\n"
         + _row_kernel(region, spread, in_place=False)
-        + _runner_tail(region, [_row_launch(region, spread, "in[0]")])
+        + runner_tail(region, [_row_launch(region, spread, "in[0]")])
     )
 
 
@@ -489,7 +473,7 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
         launches.append(
             "{ const hipError_t e = hipGetLastError(); if (e != hipSuccess) return e; }")
         launches.append(_row_launch(region, spread, "out"))
-    return "".join(parts) + _runner_tail(region, launches)
+    return "".join(parts) + runner_tail(region, launches)
 
 
 def emit(region: Region, config: Config) -> KernelSource:

@@ -9,17 +9,16 @@ prologue and epilogue use `lanes._scalar_body.pointwise` and the row reduction i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from arbiter._errors import EmitError
-from arbiter._inputs import input_shapes
 from arbiter._ops import Epilogue
 from arbiter._region import FusedRegion, Region
 from arbiter._values import Config, KernelSource, Platform
 
+from .._gpu.abi import runner_table
 from .._scalar_body import Loop, Scalar, accumulator_init, pointwise, row_program
 
 __all__ = ["LANE", "ROW_WARPS", "emit", "smem_bytes"]
@@ -112,7 +111,6 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     bf16 = config["precision"] == "bf16"
     prepass = config["staging"] == "prepass"
     smem = smem_bytes(config)
-    shapes = input_shapes(r)
     consts = {
         "GEMM_M": r.M,
         "GEMM_N": r.N,
@@ -151,10 +149,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines.append('#include "arb_frag.h"')
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     lines.append("")
-    lines.append(f"#define ARB_N_INPUTS {len(shapes)}  /* {', '.join(shapes)} */")
-    elems = ", ".join(str(math.prod(s)) for s in shapes.values())
-    lines.append(f"static const long long arb_input_elems[ARB_N_INPUTS] = {{{elems}}};")
-    lines.append(f"static const long long arb_output_elems = {r.M * r.N};")
+    lines += runner_table(r).splitlines()
     lines.append("")
     lines += _prologue(r)
     lines.append("")

@@ -1,0 +1,37 @@
+"""Generated text of the runner ABI (arb_runner.h) that every GPU lane's source defines.
+
+The size table comes from `arbiter._inputs.input_shapes` / `output_shape`, the same functions
+the ctypes runner checks the loaded library against, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+
+from arbiter._inputs import input_shapes, output_shape
+from arbiter._region import Region
+
+__all__ = ["runner_table", "runner_tail"]
+
+
+def runner_table(region: Region) -> str:
+    """`ARB_N_INPUTS`, `arb_input_elems` (input_shapes order) and `arb_output_elems`."""
+    shapes = input_shapes(region)
+    elems = ", ".join(f"{math.prod(s)}LL" for s in shapes.values())
+    return (
+        f"/* Inputs in arbiter.input_shapes order: {', '.join(shapes)}. */\n"
+        f"#define ARB_N_INPUTS {len(shapes)}\n"
+        f"static const long long arb_input_elems[ARB_N_INPUTS] = {{{elems}}};\n"
+        f"static const long long arb_output_elems = {math.prod(output_shape(region))}LL;\n"
+    )
+
+
+def runner_tail(region: Region, launches: list[str]) -> str:
+    """The size table, an `arb_launch` running `launches` (each line enqueues on `stream`),
+    and the include of arb_runner.h: everything after a lane's kernels."""
+    body = "\n".join(f"    {ln}" for ln in launches)
+    return (
+        "\n" + runner_table(region) + "\n"
+        "static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream)\n"
+        f"{{\n{body}\n    return hipGetLastError();\n}}\n\n#include \"arb_runner.h\"\n"
+    )
