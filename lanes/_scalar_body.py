@@ -24,7 +24,7 @@ from arbiter._region import AttentionRegion
 
 __all__ = [
     "Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE", "attention_defines",
-    "defines",
+    "defines", "visible_keys",
 ]
 
 GELU_K0 = "0.7978845608028654f"  # sqrt(2/pi)
@@ -144,6 +144,23 @@ def attention_defines(region: AttentionRegion) -> dict[str, object]:
         "CAUSAL": int(region.causal),
         "SCALE": f"{float(region.scale)!r}f",
     }
+
+
+def visible_keys(int_type: str, qualifiers: str = "static inline") -> str:
+    """C function `visible_keys(i)`: how many keys (a prefix 0..SK) query row i attends to.
+
+    Causal masking is bottom-right aligned (key j visible to query i iff j <= i + SK - SQ), so a
+    row sees a prefix of the keys and may see none. `int_type` is the lane's 64-bit index type
+    (`long` on x86-64 Linux, `long long` in HIP); `qualifiers` make it a device function on GPU.
+    Reads the SQ, SK and CAUSAL defines of `attention_defines`.
+    """
+    t = int_type
+    return (
+        f"\n{qualifiers} {t} visible_keys({t} i)\n{{\n"
+        "    if (!CAUSAL) return SK;\n"
+        f"    const {t} last = i + (SK - SQ); /* last visible key; < 0: none */\n"
+        "    return last < 0 ? 0 : (last + 1 < SK ? last + 1 : SK);\n}\n"
+    )
 
 
 # Plain-C definitions of the helpers for a CPU build. arb_exp is a polynomial with range

@@ -15,7 +15,7 @@ from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Space, Tunable
 
 from .._gpu.abi import runner_tail
-from .._scalar_body import attention_defines
+from .._scalar_body import attention_defines, visible_keys
 
 __all__ = ["attention_space", "emit_attention"]
 
@@ -48,11 +48,7 @@ attention_rows(const float* __restrict__ q, const float* __restrict__ k,
     for (int d = lane; d < D; d += ARB_WARP) sq[warp][d] = q[row * D + d] * SCALE;
     ATT_WARP_SYNC();
 
-    long long nkeys = SK;
-    if (CAUSAL) {
-        const long long last = i + (SK - SQ); /* last visible key; < 0: none */
-        nkeys = last < 0 ? 0 : (last + 1 < SK ? last + 1 : SK);
-    }
+    const long long nkeys = visible_keys(i);
     float acc[DPL];
 #pragma unroll
     for (int t = 0; t < DPL; ++t) acc[t] = 0.0f;
@@ -122,6 +118,7 @@ def emit_attention(region: Region, config: Config, lane: str) -> KernelSource:
     text = (
         header
         + "".join(f"#define {k} {v}\n" for k, v in defines.items())
+        + visible_keys("long long", "static __device__ __forceinline__")
         + _KERNEL
         + runner_tail(region, _LAUNCH)
     )

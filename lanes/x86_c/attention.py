@@ -16,14 +16,16 @@ from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Tunable
 
-from .._scalar_body import attention_defines
+from .._scalar_body import attention_defines, visible_keys
 
 __all__ = ["attention_tunables", "emit_attention"]
 
-_KERNEL = r"""
+_KERNEL_HEAD = r"""
 #include <math.h>
 #include <omp.h>
+"""
 
+_KERNEL = r"""
 long arbiter_workspace_floats(void) { return 1; }
 
 static void attend_row(const float* restrict qr, const float* restrict kb,
@@ -72,12 +74,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
     #pragma omp parallel for schedule(SCHEDULE) num_threads(THREADS)
     for (long r = 0; r < BH * SQ; ++r) {
         const long bh = r / SQ, i = r % SQ;
-        long nkeys = SK;
-        if (CAUSAL) {
-            const long last = i + (SK - SQ);   /* last visible key; < 0: none */
-            nkeys = last < 0 ? 0 : (last + 1 < SK ? last + 1 : SK);
-        }
-        attend_row(q + r * D, k + bh * SK * D, v + bh * SK * D, out + r * D, nkeys);
+        attend_row(q + r * D, k + bh * SK * D, v + bh * SK * D, out + r * D, visible_keys(i));
     }
     return 0;
 }
@@ -103,5 +100,11 @@ def emit_attention(region: Region, config: Config, header: str,
         "THREADS": int(config["threads"]),
         "SCHEDULE": schedule,
     }
-    text = header + "".join(f"#define {k} {v}\n" for k, v in defines.items()) + _KERNEL
+    text = (
+        header
+        + "".join(f"#define {k} {v}\n" for k, v in defines.items())
+        + _KERNEL_HEAD
+        + visible_keys("long")
+        + _KERNEL
+    )
     return KernelSource("x86_c", region.key, config, "c", text, options)
