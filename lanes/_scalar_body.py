@@ -24,7 +24,7 @@ from arbiter._region import AttentionRegion
 
 __all__ = [
     "Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE", "attention_defines",
-    "defines", "visible_keys",
+    "defines", "prologue_function", "visible_keys",
 ]
 
 GELU_K0 = "0.7978845608028654f"  # sqrt(2/pi)
@@ -144,6 +144,20 @@ def attention_defines(region: AttentionRegion) -> dict[str, object]:
         "CAUSAL": int(region.causal),
         "SCALE": f"{float(region.scale)!r}f",
     }
+
+
+def prologue_function(ops: Sequence[Pointwise], qualifiers: str = "static inline") -> str:
+    """The `PROLOGUE(x)` macro a GEMM applies to each element of A as it loads it: a call of
+    `prologue(x)` (the region's pointwise ops in order, defined here with `qualifiers`), or the
+    identity when the region has none."""
+    if not ops:
+        return "#define PROLOGUE(x) (x)\n"
+    body = "".join(f"    x = {pointwise(op, 'x')};\n" for op in ops)
+    return (
+        "/* Prologue on A, applied once per element as A is loaded for the matmul. */\n"
+        f"{qualifiers} float prologue(float x)\n{{\n{body}    return x;\n}}\n"
+        "#define PROLOGUE(x) prologue(x)\n"
+    )
 
 
 def visible_keys(int_type: str, qualifiers: str = "static inline") -> str:

@@ -38,7 +38,7 @@ from .._scalar_body import (
     Scalar,
     accumulator_init,
     defines,
-    pointwise,
+    prologue_function,
     row_program,
 )
 
@@ -385,17 +385,6 @@ __global__ void __launch_bounds__(MM_THREADS) gemm_kernel(
 """
 
 
-def _prologue(region: FusedRegion) -> str:
-    if not region.prologue:
-        return "#define PROLOGUE(x) (x)\n"
-    lines = [f"    x = {pointwise(op, 'x')};" for op in region.prologue]
-    return (
-        "/* Prologue on A, applied while the A tile is loaded. */\n"
-        "__device__ __forceinline__ float prologue(float x)\n{\n"
-        + "\n".join(lines) + "\n    return x;\n}\n#define PROLOGUE(x) prologue(x)\n"
-    )
-
-
 def _epilogue_fn(region: FusedRegion) -> str:
     prog = row_program(region.epilogue, region.residual, None, region.eps)
     (loop,) = prog.steps
@@ -440,7 +429,8 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
         ("MM_THREADS", threads, "threads per GEMM block"),
     ]
     extra_params, extra_args, writeback = "", [], "acc[i][j]"
-    parts = [_header(region, config), _defines(gemm_defs), _prologue(region)]
+    parts = [_header(region, config), _defines(gemm_defs),
+             prologue_function(region.prologue, "__device__ __forceinline__")]
     if not reduce and (region.epilogue or region.residual):
         wb_args = ["acc[i][j]", "row", "col"]
         if region.has_bias:

@@ -3,8 +3,9 @@
 
 The GEMM text lives beside this module (`gemm_kernel.hip`). emit writes the header comment,
 the compile-time constants of one (region, config), and the per-region device functions: the
-prologue and epilogue use `lanes._scalar_body.pointwise` and the row reduction its
-`row_program`, so the math is the one shared definition every lane renders.
+prologue is `lanes._scalar_body.prologue_function` (as in the scalar lanes), the epilogue uses
+its `pointwise` and the row reduction its `row_program`, so the math is the one shared
+definition every lane renders.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from arbiter._region import FusedRegion, Region
 from arbiter._values import Config, KernelSource, Platform
 
 from .._gpu.abi import runner_table
-from .._scalar_body import Loop, Scalar, accumulator_init, pointwise, row_program
+from .._scalar_body import (
+    Loop,
+    Scalar,
+    accumulator_init,
+    pointwise,
+    prologue_function,
+    row_program,
+)
 
 __all__ = ["LANE", "ROW_WARPS", "emit", "smem_bytes"]
 
@@ -32,16 +40,6 @@ def smem_bytes(config: Config | Mapping[str, Any]) -> int:
     """Dynamic shared memory of one GEMM block; mirrors LDA_S / LDB_S in gemm_kernel.hip."""
     bm, bn, bk = int(config["block_m"]), int(config["block_n"]), int(config["block_k"])
     return int(config["stages"]) * (bm * (bk + 8) + bk * (bn + 8)) * 2
-
-
-def _prologue(region: FusedRegion) -> list[str]:
-    body = [f"    v = {pointwise(op, 'v')};" for op in region.prologue]
-    return [
-        "__device__ __forceinline__ float arb_prologue(float v) {",
-        *body,
-        "    return v;",
-        "}",
-    ]
 
 
 def _epilogue(region: FusedRegion) -> list[str]:
@@ -151,7 +149,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines.append("")
     lines += runner_table(r).splitlines()
     lines.append("")
-    lines += _prologue(r)
+    lines += prologue_function(r.prologue, "__device__ __forceinline__").splitlines()
     lines.append("")
     lines += _epilogue(r)
     if r.reduction is not None:

@@ -1,6 +1,7 @@
 /* ---- wmma_gemm kernel body (lanes/wmma_gemm/gemm_kernel.hip) ------------------------------
  * Pasted after the generated constants (GEMM_M/N/K, tile sizes, staging, HAS_BIAS, HAS_RES,
- * HAS_REDUCTION, VEC_A/VEC_B) and the generated device functions arb_prologue and arb_epilogue.
+ * HAS_REDUCTION, VEC_A/VEC_B), the PROLOGUE(x) macro (_scalar_body.prologue_function) and
+ * the generated device function arb_epilogue.
  *
  * out[M,N] = epilogue(prologue(A)[M,K] @ B[K,N]), f32 at the interface, f16/bf16 operands,
  * f32 accumulation. Each block computes a BM x BN tile; each warp a WM x WN part of it made of
@@ -101,11 +102,11 @@ __global__ void __launch_bounds__(CONVERT_THREADS) gemm_convert_a(const float* _
             v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
             v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[e] = arb_prologue(v[e]);
+            for (int e = 0; e < 8; ++e) v[e] = PROLOGUE(v[e]);
         } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-                v[e] = (r < GEMM_M && k + e < GEMM_K) ? arb_prologue(A[(size_t)r * GEMM_K + k + e])
+                v[e] = (r < GEMM_M && k + e < GEMM_K) ? PROLOGUE(A[(size_t)r * GEMM_K + k + e])
                                                       : 0.0f;
         }
         uint4 p;
@@ -214,10 +215,10 @@ __device__ __forceinline__ float4 gemm_load_a4(const float* __restrict__ A, int 
         if (k + 3 < GEMM_K) v.w = p[3];
     }
     /* the prologue touches real elements only: padding stays zero even where f(0) != 0 */
-    if (k + 0 < GEMM_K) v.x = arb_prologue(v.x);
-    if (k + 1 < GEMM_K) v.y = arb_prologue(v.y);
-    if (k + 2 < GEMM_K) v.z = arb_prologue(v.z);
-    if (k + 3 < GEMM_K) v.w = arb_prologue(v.w);
+    if (k + 0 < GEMM_K) v.x = PROLOGUE(v.x);
+    if (k + 1 < GEMM_K) v.y = PROLOGUE(v.y);
+    if (k + 2 < GEMM_K) v.z = PROLOGUE(v.z);
+    if (k + 3 < GEMM_K) v.w = PROLOGUE(v.w);
     return v;
 }
 

@@ -24,7 +24,7 @@ from .._scalar_body import (
     RowProgram,
     Scalar,
     accumulator_init,
-    pointwise,
+    prologue_function,
 )
 from .._scalar_body import defines as _defines
 from .._scalar_body import row_program as _row_program
@@ -176,14 +176,6 @@ def _includes() -> str:
     )
 
 
-def _prologue_function(region: FusedRegion) -> str:
-    lines = [f"    x = {pointwise(op, 'x')};" for op in region.prologue]
-    return (
-        "/* Prologue on A, applied while packing (before the matmul). */\n"
-        "static inline float prologue(float x)\n{\n" + "\n".join(lines) + "\n    return x;\n}\n"
-    )
-
-
 _GEMM = r"""
 /* B[K,N] -> Bp: for each KC block of rows, NPANELS panels of NR columns, each panel stored
  * row by row (kc x NR), zero-padded past column N. */
@@ -278,8 +270,6 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
         ("NPAD", "(NPANELS * NR)", "N rounded up to NR"),
         ("WORK_FLOATS", "((long)K * NPAD + (long)MC * KC + 16)", "packed B + packed A block"),
     ]
-    pro = _prologue_function(region) if region.prologue else ""
-    pro_macro = "#define PROLOGUE(x) " + ("prologue(x)\n" if region.prologue else "(x)\n")
     run = f"""
 long arbiter_workspace_floats(void) {{ return WORK_FLOATS; }}
 
@@ -326,8 +316,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
         + _includes()
         + _defines(defines)
         + "\n"
-        + pro
-        + pro_macro
+        + prologue_function(region.prologue)
         + _GEMM
         + "\n"
         + _row_function(region)
