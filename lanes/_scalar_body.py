@@ -10,7 +10,7 @@ Names the generated statements use, which every rendering must provide:
   j            column index inside a loop
   N            row length (a compile-time constant)
   src, dst     row pointers: values in (matmul result or X row), values out
-  bias, res    bias vector and residual row (only when the region has them)
+  bias, res    bias vector and residual row: the program's `operands`, only those it reads
   arb_exp, arb_tanh, arb_sigmoid, arb_rsqrt   float -> float helpers from the lane's prelude
 """
 
@@ -23,8 +23,9 @@ from arbiter._ops import Epilogue, Pointwise, Reduction
 from arbiter._region import AttentionRegion
 
 __all__ = [
-    "Loop", "Scalar", "RowProgram", "pointwise", "row_program", "C_PRELUDE", "attention_defines",
-    "defines", "prologue_function", "visible_keys",
+    "BIAS", "C_PRELUDE", "Loop", "Operand", "RESIDUAL", "RowProgram", "Scalar",
+    "attention_defines", "defines", "pointwise", "prologue_function", "row_program",
+    "visible_keys",
 ]
 
 GELU_K0 = "0.7978845608028654f"  # sqrt(2/pi)
@@ -63,9 +64,39 @@ class Scalar:
 
 
 @dataclass(frozen=True)
+class Operand:
+    """An input array the row program reads besides `src`.
+
+    `name` is the row pointer the program text indexes with j, `input` the array's name in
+    `arbiter._inputs.input_shapes`, and `per_row` says whether it holds one row per output row
+    (then the row pointer is the array plus `row * N`) or one vector every row shares.
+    """
+
+    name: str
+    input: str
+    per_row: bool
+
+    def row(self, base: str, row: str) -> str:
+        """C expression of this operand's row pointer `row` of the array at `base`."""
+        return f"{base} + {row} * N" if self.per_row else base
+
+
+BIAS = Operand("bias", "bias", per_row=False)
+RESIDUAL = Operand("res", "residual", per_row=True)
+
+
+@dataclass(frozen=True)
 class RowProgram:
     steps: tuple[Loop | Scalar, ...]
     accumulators: tuple[tuple[str, str], ...]  # (name, "max" | "sum") declared per row
+    operands: tuple[Operand, ...] = ()  # in input_shapes order: the lane passes exactly these
+
+
+def _operands(epilogue, has_residual: bool) -> tuple[Operand, ...]:
+    ops = [BIAS] if Epilogue.BIAS in epilogue else []
+    if has_residual:
+        ops.append(RESIDUAL)
+    return tuple(ops)
 
 
 def _chain(epilogue, has_residual: bool) -> list[str]:
@@ -83,9 +114,10 @@ def _chain(epilogue, has_residual: bool) -> list[str]:
 def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: float) -> RowProgram:
     """The per-row program: chain -> residual -> reduction, in the region's order."""
     chain = _chain(epilogue, residual)
+    ops = _operands(epilogue, residual)
     eps_c = f"{float(eps)!r}f"
     if reduction is None:
-        return RowProgram((Loop(tuple(chain + ["dst[j] = v;"])),), ())
+        return RowProgram((Loop(tuple(chain + ["dst[j] = v;"])),), (), ops)
     if reduction is Reduction.SOFTMAX:
         return RowProgram(
             (
@@ -97,6 +129,7 @@ def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: floa
                 Loop(("dst[j] = dst[j] * inv;",)),
             ),
             (("row_max", "max"), ("row_sum", "sum")),
+            ops,
         )
     if reduction is Reduction.RMSNORM:
         return RowProgram(
@@ -106,6 +139,7 @@ def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: floa
                 Loop(("dst[j] = dst[j] * inv;",)),
             ),
             (("row_sq", "sum"),),
+            ops,
         )
     if reduction is Reduction.LAYER_NORM:
         # Two passes over the row (mean, then squared deviations): no cancellation, unlike
@@ -119,6 +153,7 @@ def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: floa
                 Loop(("dst[j] = (dst[j] - mean) * inv;",)),
             ),
             (("row_sum", "sum"), ("row_sq", "sum")),
+            ops,
         )
     raise ValueError(f"unknown reduction {reduction!r}")
 

@@ -172,16 +172,21 @@ def _reduce_slots(prog: RowProgram) -> int:
     return sum(len(s.reduce) for s in prog.steps if isinstance(s, Loop))
 
 
-def _row_kernel(region: FusedRegion | RowwiseRegion, spread: RowSpread, in_place: bool) -> str:
-    """`row_kernel(X, [bias], [res], out)`: the row program over M rows, spread per `spread`."""
-    prog = row_program(region.epilogue, region.residual, region.reduction, region.eps)
+def _operand_params(prog: RowProgram) -> list[str]:
+    """Kernel parameters of the program's operands: the whole array, `<name>_g`."""
+    return [f"const float* __restrict__ {o.name}_g" for o in prog.operands]
+
+
+def _operand_args(prog: RowProgram, region: FusedRegion | RowwiseRegion) -> list[str]:
+    """The runner's device pointers for those parameters."""
+    idx = {n: i for i, n in enumerate(input_shapes(region))}
+    return [f"in[{idx[o.input]}]" for o in prog.operands]
+
+
+def _row_kernel(prog: RowProgram, spread: RowSpread, in_place: bool) -> str:
+    """`row_kernel(X, <operands>, out)`: the row program over M rows, spread per `spread`."""
     restrict = "" if in_place else " __restrict__"
-    params = [f"const float*{restrict} X"]
-    if region.has_bias:
-        params.append("const float* __restrict__ bias_g")
-    if region.residual:
-        params.append("const float* __restrict__ res_g")
-    params.append(f"float*{restrict} out")
+    params = [f"const float*{restrict} X", *_operand_params(prog), f"float*{restrict} out"]
     block = spread.threads * spread.rows
     body: list[str] = [
         "const int lane = threadIdx.x % THREADS;" if spread.threads > 1 else "const int lane = 0;",
@@ -194,25 +199,16 @@ def _row_kernel(region: FusedRegion | RowwiseRegion, spread: RowSpread, in_place
         body.insert(0, f"__shared__ float red[{slots}][THREADS / ARB_WARP];")
     if spread.cache == "global":
         body += ["const float* src = X + r * N;", "float* dst = out + r * N;"]
-        if region.has_bias:
-            body.append("const float* bias = bias_g;")
-        if region.residual:
-            body.append("const float* res = res_g + r * N;")
+        body += [f"const float* {o.name} = {o.row(o.name + '_g', 'r')};" for o in prog.operands]
         body += _program_lines(prog, spread)
     else:
         arrays = [("row_v", "X + r * N")]
-        if region.has_bias:
-            arrays.append(("bias_v", "bias_g"))
-        if region.residual:
-            arrays.append(("res_v", "res_g + r * N"))
+        arrays += [(f"{o.name}_v", o.row(o.name + "_g", "r")) for o in prog.operands]
         body += [f"float {a}[ITEMS];" for a, _ in arrays]
         body += _load_slice(arrays, spread)
         body.append("{")
         inner = ["const float* src = row_v;", "float* dst = row_v;"]
-        if region.has_bias:
-            inner.append("const float* bias = bias_v;")
-        if region.residual:
-            inner.append("const float* res = res_v;")
+        inner += [f"const float* {o.name} = {o.name}_v;" for o in prog.operands]
         inner += _program_lines(prog, spread)
         body += _indent(inner, 4) + ["}"]
         body += _store_slice(spread)
@@ -280,14 +276,8 @@ def _row_defines(
     return items
 
 
-def _row_launch(region: FusedRegion | RowwiseRegion, spread: RowSpread, src: str) -> str:
-    args = [src]
-    idx = {n: i for i, n in enumerate(input_shapes(region))}
-    if region.has_bias:
-        args.append(f"in[{idx['bias']}]")
-    if region.residual:
-        args.append(f"in[{idx['residual']}]")
-    args.append("out")
+def _row_launch(prog: RowProgram, region: FusedRegion | RowwiseRegion, src: str) -> str:
+    args = [src, *_operand_args(prog, region), "out"]
     grid = "(M + ROWS - 1) / ROWS, THREADS * ROWS"
     return f"row_kernel<<<{grid}, 0, stream>>>({', '.join(args)});"
 
@@ -295,14 +285,15 @@ def _row_launch(region: FusedRegion | RowwiseRegion, spread: RowSpread, src: str
 def _emit_rowwise(region: RowwiseRegion, config: Config) -> str:
     spread = RowSpread.of(config)
     _check_spread(region, spread)
+    prog = row_program(region.epilogue, region.residual, region.reduction, region.eps)
     prog_has_red = region.reduction is not None
     return (
         _header(region, config)
         + _defines(_row_defines(region, spread))
         + (_BLOCK_REDUCE if spread.strategy == "block" and prog_has_red else "")
         + "\n"
-        + _row_kernel(region, spread, in_place=False)
-        + runner_tail(region, [_row_launch(region, spread, "in[0]")])
+        + _row_kernel(prog, spread, in_place=False)
+        + runner_tail(region, [_row_launch(prog, region, "in[0]")])
     )
 
 
@@ -385,18 +376,12 @@ __global__ void __launch_bounds__(MM_THREADS) gemm_kernel(
 """
 
 
-def _epilogue_fn(region: FusedRegion) -> str:
-    prog = row_program(region.epilogue, region.residual, None, region.eps)
-    (loop,) = prog.steps
+def _epilogue_fn(prog: RowProgram) -> str:
+    (loop,) = prog.steps  # no reduction: one pointwise loop
     assert isinstance(loop, Loop)
-    params = ["float x", "long long row", "int j"]
-    if region.has_bias:
-        params.append("const float* __restrict__ bias")
-    if region.residual:
-        params.append("const float* __restrict__ res_g")
+    params = ["float x", "long long row", "int j", *_operand_params(prog)]
     lines = ["ArbCell src{&x, j}, dst{&x, j};"]
-    if region.residual:
-        lines.append("const float* res = res_g + row * N;")
+    lines += [f"const float* {o.name} = {o.row(o.name + '_g', 'row')};" for o in prog.operands]
     lines += list(loop.body) + ["(void)row;", "return x;"]
     return (
         _CELL
@@ -416,6 +401,7 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
     if threads > 1024:
         raise EmitError(f"{LANE}: {threads} threads per block exceeds 1024")
     idx = {n: i for i, n in enumerate(input_shapes(region))}
+    prog = row_program(region.epilogue, region.residual, region.reduction, region.eps)
     reduce = region.reduction is not None
     gemm_defs = [
         ("M", region.M, "rows of A and C"),
@@ -432,16 +418,10 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
     parts = [_header(region, config), _defines(gemm_defs),
              prologue_function(region.prologue, "__device__ __forceinline__")]
     if not reduce and (region.epilogue or region.residual):
-        wb_args = ["acc[i][j]", "row", "col"]
-        if region.has_bias:
-            extra_params += ", const float* __restrict__ bias"
-            extra_args.append(f"in[{idx['bias']}]")
-            wb_args.append("bias")
-        if region.residual:
-            extra_params += ", const float* __restrict__ res_g"
-            extra_args.append(f"in[{idx['residual']}]")
-            wb_args.append("res_g")
-        parts.append(_epilogue_fn(region))
+        extra_params = "".join(f", {p}" for p in _operand_params(prog))
+        extra_args = _operand_args(prog, region)
+        wb_args = ["acc[i][j]", "row", "col", *(f"{o.name}_g" for o in prog.operands)]
+        parts.append(_epilogue_fn(prog))
         writeback = f"epilogue({', '.join(wb_args)})"
     parts.append(_GEMM.format(extra_params=extra_params, writeback=writeback))
     args = ", ".join([f"in[{idx['A']}]", f"in[{idx['B']}]", *extra_args, "out"])
@@ -450,7 +430,7 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
         f"gemm_kernel<<<mm_grid, MM_THREADS, 0, stream>>>({args});",
     ]
     if reduce:
-        arrays = 1 + region.has_bias + region.residual
+        arrays = 1 + len(prog.operands)
         spread = second_pass_spread(region.N, arrays)
         row_defs = [d for d in _row_defines(region, spread) if d[0] not in ("M", "N")]
         parts += [
@@ -458,11 +438,11 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
             _defines(row_defs),
             _BLOCK_REDUCE,
             "\n",
-            _row_kernel(region, spread, in_place=True),
+            _row_kernel(prog, spread, in_place=True),
         ]
         launches.append(
             "{ const hipError_t e = hipGetLastError(); if (e != hipSuccess) return e; }")
-        launches.append(_row_launch(region, spread, "out"))
+        launches.append(_row_launch(prog, region, "out"))
     return "".join(parts) + runner_tail(region, launches)
 
 

@@ -79,13 +79,9 @@ def _render_program(prog: RowProgram) -> list[str]:
     return lines
 
 
-def _row_function(region: FusedRegion | RowwiseRegion) -> str:
-    prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
+def _row_function(prog: RowProgram) -> str:
     params = ["const float* src", "float* dst"]
-    if region.has_bias:
-        params.append("const float* restrict bias")
-    if region.residual:
-        params.append("const float* restrict res")
+    params += [f"const float* restrict {o.name}" for o in prog.operands]
     body = "\n".join(_render_program(prog))
     # src and dst may be the same row (fused regions work in place), so they are not restrict.
     return (
@@ -94,13 +90,9 @@ def _row_function(region: FusedRegion | RowwiseRegion) -> str:
     )
 
 
-def _row_args(region: FusedRegion | RowwiseRegion, idx: dict[str, int], row: str) -> str:
-    args = []
-    if region.has_bias:
-        args.append(f"in[{idx['bias']}]")
-    if region.residual:
-        args.append(f"in[{idx['residual']}] + {row} * N")
-    return "".join(f", {a}" for a in args)
+def _row_args(prog: RowProgram, idx: dict[str, int], row: str) -> str:
+    """The program's operands for row `row`, after src and dst, from the runner's inputs."""
+    return "".join(f", {o.row(f'in[{idx[o.input]}]', row)}" for o in prog.operands)
 
 
 _STREAM_COPY = r"""
@@ -123,6 +115,7 @@ static inline void stream_row(float* dst, const float* src)
 
 def _emit_rowwise(region: RowwiseRegion, config: Config) -> str:
     idx = {name: i for i, name in enumerate(input_shapes(region))}
+    prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
     stream = bool(config["stream"])
     defines = [
         ("M", region.M, "rows"),
@@ -146,7 +139,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
         (void)scratch;
         #pragma omp for schedule({config["schedule"]}, ROW_BLOCK)
         for (long r = 0; r < M; ++r) {{
-            row_program(X + r * N, {dst}{_row_args(region, idx, 'r')});
+            row_program(X + r * N, {dst}{_row_args(prog, idx, 'r')});
 #if STREAM
             stream_row(out + r * N, scratch);
 #endif
@@ -164,7 +157,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
         + _defines(defines)
         + (_STREAM_COPY if stream else "")
         + "\n"
-        + _row_function(region)
+        + _row_function(prog)
         + run
     )
 
@@ -256,6 +249,7 @@ static inline void micro_kernel(long kc, const float* restrict a, const float* r
 
 def _emit_fused(region: FusedRegion, config: Config) -> str:
     idx = {name: i for i, name in enumerate(input_shapes(region))}
+    prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
     mr, nr = parse_tile(str(config["tile"]))
     defines = [
         ("M", region.M, "rows of A and C"),
@@ -304,7 +298,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
             #pragma omp for schedule(static)
             for (long r = i0; r < i0 + mc; ++r) {{
                 float* row = out + r * N;
-                row_program(row, row{_row_args(region, idx, 'r')});
+                row_program(row, row{_row_args(prog, idx, 'r')});
             }}
         }}
     }}
@@ -319,7 +313,7 @@ int arbiter_run(const float* const* in, float* out, float* work)
         + prologue_function(region.prologue)
         + _GEMM
         + "\n"
-        + _row_function(region)
+        + _row_function(prog)
         + run
     )
 
