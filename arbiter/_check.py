@@ -16,7 +16,7 @@ import numpy as np
 from ._errors import BuildError, EmitError, InputError
 from ._inputs import output_shape, poison, random_inputs
 from ._lane import Lane, Runner
-from ._oracle import Verdict, compare, reference
+from ._oracle import Verdict, compare, frobenius, reference
 from ._region import Region
 from ._values import Artifact, Config, Measurement, Status
 
@@ -54,6 +54,11 @@ def cached_reference(region: Region, seed: int) -> np.ndarray:
     return reference(region, cached_inputs(region, seed))
 
 
+@lru_cache(maxsize=4)
+def cached_norm(region: Region, seed: int) -> float:
+    return frobenius(cached_reference(region, seed))
+
+
 def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> tuple[Verdict, str]:
     """Run on each seed's inputs into a poisoned output; the worst verdict wins."""
     worst: Verdict | None = None
@@ -63,7 +68,7 @@ def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> t
         out = np.empty(output_shape(region), np.float32)
         poison(out)
         runner.run(inputs, out)
-        v = compare(out, cached_reference(region, seed), budget)
+        v = compare(out, cached_reference(region, seed), budget, cached_norm(region, seed))
         log.append(f"seed {seed}: {v.status.value} rel_error={v.rel_error} {v.detail}".rstrip())
         if v.status is not Status.OK:
             return v, "\n".join(log)

@@ -15,9 +15,16 @@ __all__ = ["get_lane", "lane_names", "all_lanes"]
 GROUP = "arbiter.lanes"
 
 
+@cache
+def _installed() -> tuple[tuple[str, str], ...]:
+    # scanning every installed distribution's metadata costs ~10 ms; the trial worker looks a
+    # lane up per request, so the scan is done once per process (installs need a new process)
+    return tuple((ep.name, ep.value) for ep in entry_points(group=GROUP))
+
+
 def _targets() -> dict[str, str]:
     """name -> "module:attr", from entry points plus ARBITER_EXTRA_LANES (test-only lanes)."""
-    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    found = dict(_installed())
     for item in filter(None, (s.strip() for s in settings().extra_lanes.split(","))):
         name, sep, target = item.partition("=")
         if not sep or ":" not in target:
