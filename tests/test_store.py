@@ -97,3 +97,44 @@ def test_candidate_identity_is_unique_and_errors_become_store_errors(tmp_path):
 def test_unreachable_url_is_a_store_error():
     with pytest.raises(StoreError):
         Records("sqlite:////nonexistent-dir/x/y.db")
+
+
+def _schema(url: str) -> dict:
+    from sqlalchemy import create_engine, inspect
+
+    insp = inspect(create_engine(url))
+    out = {}
+    for t in sorted(insp.get_table_names()):
+        out[t] = {
+            # order aside: a migration appends the columns it adds
+            "columns": sorted((c["name"], str(c["type"]), c["nullable"], c["default"])
+                              for c in insp.get_columns(t)),
+            "pk": sorted(insp.get_pk_constraint(t)["constrained_columns"]),
+            "fks": sorted((tuple(f["constrained_columns"]), f["referred_table"])
+                          for f in insp.get_foreign_keys(t)),
+            "indexes": sorted((tuple(i["column_names"]), bool(i["unique"]))
+                              for i in insp.get_indexes(t)),
+            "unique": sorted(tuple(u["column_names"]) for u in insp.get_unique_constraints(t)),
+        }
+    return out
+
+
+def test_first_use_creates_the_schema_the_migrations_build(tmp_path):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from arbiter._store.models import VERSION_TABLE, Base
+
+    created, migrated = f"sqlite:///{tmp_path / 'c.db'}", f"sqlite:///{tmp_path / 'm.db'}"
+    Records(created)  # create_all + stamp
+    upgrade(migrated)  # every migration from empty
+    assert _schema(created) == _schema(migrated)
+    with create_engine(migrated).connect() as conn:  # and the models are the migrations' head
+        ours = MigrationContext.configure(conn, opts={
+            "include_name": lambda name, kind, _: kind != "table" or name in Base.metadata.tables})
+        assert compare_metadata(ours, Base.metadata) == []
+    with create_engine(created).connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        assert ctx.get_current_revision() == SCHEMA_REVISION
+    assert upgrade(created) == (SCHEMA_REVISION, SCHEMA_REVISION)  # alembic agrees: nothing to do
