@@ -12,6 +12,12 @@ region; the study in the database (what optuna-dashboard shows) gets each measur
 as one finished trial, written right after its record. Asking on the database study directly
 costs ~10 commits per trial (one per suggested parameter), which was most of the arbiter's
 own time per trial.
+
+Everything Optuna does stays off the path between one trial's result and the next trial's
+request where it can: opening the studies (and importing Optuna) and writing the database
+study happen while the worker builds and verifies a candidate, and on the sampled path the next
+candidate is asked for then too, with the one in flight pending in the study (TPE's constant
+liar keeps the sampler from proposing it again).
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
 from ._values import Config, Measurement, Space, Status
 from ._worker import Worker
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "Plan", "RegionTuning", "make_sampler", "tune_region"]
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "Asker", "Plan", "RegionTuning", "check_sampler",
+           "make_sampler", "tune_region"]
 
 ENUMERABLE = 50_000  # larger spaces are sampled only, never listed
 DUPES_BEFORE_ENUM = 8  # consecutive already-measured proposals before we pick one ourselves
@@ -44,16 +51,12 @@ def constraint_of(trial: Any) -> tuple[float]:
 def _tpe(seed: int | None, **kw: Any) -> Any:
     from optuna.samplers import TPESampler
 
-    return TPESampler(seed=seed, constraints_func=constraint_of, **kw)
+    # constant_liar: the next candidate is asked while the current one is in the worker
+    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
 
 
 def _gp(seed: int | None) -> Any:
-    import importlib.util
-
     from optuna.samplers import GPSampler
-
-    if importlib.util.find_spec("torch") is None:  # optuna imports it only at the first trial
-        raise ImportError("No module named 'torch'")
 
     return GPSampler(seed=seed, constraints_func=constraint_of)
 
@@ -74,13 +77,27 @@ SAMPLERS: dict[str, Callable[[int | None], Any]] = {
     "random": _random,
 }
 DEFAULT_SAMPLER = "tpe"
+# optuna imports these only at a sampler's first trial; checked before the sweep starts
+NEEDS = {"gp": "torch"}
+
+
+def check_sampler(name: str) -> None:
+    import importlib.util
+
+    from ._errors import ArbiterError
+
+    if name not in SAMPLERS:
+        raise ArbiterError(f"unknown sampler {name!r} (known: {', '.join(SAMPLERS)})")
+    need = NEEDS.get(name)
+    if need is not None and importlib.util.find_spec(need) is None:
+        raise ArbiterError(f"sampler {name!r} needs a missing package: "
+                           f"No module named {need!r}")
 
 
 def make_sampler(name: str, seed: int | None) -> Any:
     from ._errors import ArbiterError
 
-    if name not in SAMPLERS:
-        raise ArbiterError(f"unknown sampler {name!r} (known: {', '.join(SAMPLERS)})")
+    check_sampler(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -198,30 +215,87 @@ def _open_study(url: str, name: str) -> Any:
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     return study
 
+def _trial(params: dict[str, Any], distributions: dict[str, Any], value: float,
+           attrs: dict[str, Any]) -> Any:
+    """A finished trial in the one format both studies store (constraint for the samplers)."""
+    import optuna
 
-class _Deferred:
-    """The database study, written while the worker builds and verifies the next candidate.
+    return optuna.trial.create_trial(
+        params=params, distributions=distributions, value=value, user_attrs={ATTR: attrs},
+        system_attrs={"constraints": (attrs["constraint"],)})
 
-    Optuna's write of one finished trial is ~30 SQL statements (~8 ms on SQLite); done between
-    trials it was most of the arbiter's own time per trial. Handed to `Worker.check` as its
-    `meanwhile`, it overlaps the next candidate's build and check and never its timing (the
-    worker waits for it before timing). Our records are committed first and are the source of
-    truth: a trial still pending when the process dies is written by `_sync` on the next run.
+
+def _finished(p: Plan, r: Result, budget: float) -> Any:
+    """A recorded result as a finished trial (None: a config the space's distributions cannot
+    express; a rule breaker can, and is told as infeasible, as when the sampler asked it)."""
+    choices = {t.name: t.choices for t in p.spaces[r.lane].tunables}
+    values = dict(r.config.items)
+    if values.keys() != choices.keys() or any(v not in choices[k] for k, v in values.items()):
+        return None
+    value, attrs = _objective(r, budget)
+    return _trial(_params(r.lane, r.config), _distributions(p, r.lane), value, attrs)
+
+
+class _Studies:
+    """The region's two studies, opened lazily and written while the worker is busy.
+
+    The database study (what optuna-dashboard shows) gets one finished trial per measured
+    candidate; Optuna's write of one is ~30 SQL statements (~8 ms on SQLite), and opening it
+    (import, schema check) ~0.1-0.3 s. Both are done by `flush`, which the search hands to
+    `Worker.check` as its `meanwhile`: they overlap the next candidate's build and check and
+    never its timing (the worker waits for them before timing). Our records are committed
+    first and are the source of truth: a trial still pending when the process dies is written
+    on the next run, which adds every recorded candidate the database study lacks.
+
+    The sampler's study lives in memory, rebuilt from the records when opened; the
+    enumeration path never needs one.
     """
 
-    def __init__(self, study: Any) -> None:
-        self.study = study
+    def __init__(self, url: str, name: str, p: Plan, budget: float,
+                 sampler: tuple[str, int | None] | None) -> None:
+        self.url, self.name, self.p, self.budget, self.sampler = url, name, p, budget, sampler
+        self.db: Any = None
+        self.memory: Any = None
         self.pending: list[Any] = []
 
-    def add_trial(self, trial: Any) -> None:
-        self.pending.append(trial)
+    def open(self) -> None:
+        if self.db is not None:
+            return
+        from optuna.trial import TrialState
 
-    def get_trials(self, *args: Any, **kw: Any) -> Any:
-        return self.study.get_trials(*args, **kw)
+        db = _open_study(self.url, self.name)
+        known = {t.user_attrs.get(ATTR, {}).get("candidate")
+                 for t in db.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        memory = _memory_study(make_sampler(*self.sampler)) if self.sampler else None
+        for r in list(self.p.measured.values()):
+            t = _finished(self.p, r, self.budget)
+            if t is not None:
+                if memory is not None:
+                    memory.add_trial(t)
+                if r.candidate_id not in known:
+                    self.pending.append(t)
+        self.db, self.memory = db, memory
+
+    def recorded(self, r: Result) -> None:
+        """A result measured without the sampler asking (defaults, enumeration)."""
+        if self.db is None:
+            return  # `open` reads it from the plan
+        t = _finished(self.p, r, self.budget)
+        if t is not None:
+            self.pending.append(t)
+            if self.memory is not None:
+                self.memory.add_trial(t)
+
+    def asked(self, trial: Any, value: float, attrs: dict[str, Any]) -> None:
+        """A trial the sampler asked for and was told: copy it to the database study."""
+        self.pending.append(_trial(trial.params, trial.distributions, value, attrs))
 
     def flush(self) -> None:
+        if self.db is None and not self.p.measured:
+            return  # nothing to write yet: opening waits for a window with a build in it
+        self.open()
         while self.pending:
-            self.study.add_trial(self.pending[0])
+            self.db.add_trial(self.pending[0])
             self.pending.pop(0)
 
 
@@ -229,51 +303,6 @@ def _memory_study(sampler: Any) -> Any:
     import optuna
 
     return optuna.create_study(sampler=sampler, direction="minimize")
-
-
-def _sync(mirror: Any, study: Any, p: Plan, budget: float) -> None:
-    """Tell the in-memory study every recorded candidate, and the database study those it
-    does not know yet (once per region)."""
-    from optuna.trial import TrialState
-
-    known = {t.user_attrs.get(ATTR, {}).get("candidate")
-             for t in mirror.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    for r in list(p.measured.values()):
-        t = _finished(p, r, budget)
-        if t is not None:
-            study.add_trial(t)
-            if r.candidate_id not in known:
-                mirror.add_trial(t)
-
-
-def _finished(p: Plan, r: Result, budget: float) -> Any:
-    """A recorded result as a finished trial (None: outside the space's distributions;
-    recorded as invalid in our tables only)."""
-    import optuna
-
-    if p.spaces[r.lane].violation(r.config) is not None:
-        return None
-    value, attrs = _objective(r, budget)
-    return optuna.trial.create_trial(
-        params=_params(r.lane, r.config), distributions=_distributions(p, r.lane), value=value,
-        user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)})
-
-
-def _add(studies: tuple[Any, ...], p: Plan, r: Result, budget: float) -> None:
-    """Tell the studies a recorded result as a finished trial (no sampling involved)."""
-    t = _finished(p, r, budget)
-    if t is not None:
-        for study in studies:
-            study.add_trial(t)
-
-
-def _mirror(mirror: Any, trial: Any, value: float, attrs: dict[str, Any]) -> None:
-    """Copy a trial the sampler asked for and was told into the database study."""
-    import optuna
-
-    mirror.add_trial(optuna.trial.create_trial(
-        params=trial.params, distributions=trial.distributions, value=value,
-        user_attrs={ATTR: attrs}, system_attrs={"constraints": (attrs["constraint"],)}))
 
 
 def _pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
@@ -284,21 +313,23 @@ def _pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
     return pool
 
 
-def _unmeasured(p: Plan, pool: list[tuple[str, Config]],
-                rng: random.Random) -> tuple[str, Config] | None:
-    """The first pool entry not measured yet (random draws for spaces too big to list).
+def _unmeasured(p: Plan, pool: list[tuple[str, Config]], rng: random.Random,
+                busy: tuple[str, str] | None = None) -> tuple[str, Config] | None:
+    """The first pool entry neither measured nor in flight (random draws for spaces too big
+    to list).
 
     Recomputed on every call, not consumed: the study may hand back an older queued trial
     (left by a killed sweep) instead of the one just enqueued, and the pick must survive that.
     """
     for lane, cfg in pool:
-        if (lane, cfg.key) not in p.measured:
+        if (lane, cfg.key) not in p.measured and (lane, cfg.key) != busy:
             return lane, cfg
     huge = sorted(ln for ln in p.spaces if p.sizes[ln] is None)
     for _ in range(1000 if huge else 0):
         lane = rng.choice(huge)
         cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
-        if (lane, cfg.key) not in p.measured and p.spaces[lane].violation(cfg) is None:
+        if ((lane, cfg.key) not in p.measured and (lane, cfg.key) != busy
+                and p.spaces[lane].violation(cfg) is None):
             return lane, cfg
     return None
 
@@ -310,6 +341,61 @@ def _suggest(trial: Any, p: Plan) -> tuple[str, Config]:
     return lane, Config.of(values)
 
 
+class Asker:
+    """The sampled path's proposals: the next unmeasured candidate, asked one trial ahead.
+
+    `propose(busy)` asks until the sampler names a candidate that is neither measured nor the
+    one in flight (`busy`): a repeat of a measured one is told its recorded result at once; a
+    repeat of the one in flight waits for its result. After a run of repeats or refused configs
+    it hands the sampler an unmeasured candidate from the pool itself.
+    """
+
+    def __init__(self, study: Any, p: Plan, pool: list[tuple[str, Config]],
+                 rng: random.Random, budget: float) -> None:
+        self.study, self.p, self.pool, self.rng, self.budget = study, p, pool, rng, budget
+        self.dupes = self.asks = 0
+        self.limit = 5 * p.target + 100
+        self.waiting: list[Any] = []  # asked for the candidate in flight
+
+    def propose(self, busy: tuple[str, str] | None = None) -> tuple[Any, str, Config] | None:
+        while self.asks < self.limit:
+            self.asks += 1
+            if self.dupes >= DUPES_BEFORE_ENUM:
+                pick = _unmeasured(self.p, self.pool, self.rng, busy)
+                if pick is None:
+                    return None
+                self.study.enqueue_trial(_params(*pick), skip_if_exists=False)
+            trial = self.study.ask()
+            lane, cfg = _suggest(trial, self.p)
+            key = (lane, cfg.key)
+            known = self.p.measured.get(key)
+            if key != busy and known is None:
+                self.dupes = 0
+                return trial, lane, cfg
+            self.dupes += 1
+            if known is not None:
+                self._tell(trial, known)
+            else:
+                self.waiting.append(trial)
+        return None
+
+    def _tell(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
+        value, attrs = _objective(r, self.budget)
+        trial.set_user_attr(ATTR, attrs)
+        self.study.tell(trial, value)
+        return value, attrs
+
+    def told(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
+        """The measured result of a proposal (and of any repeat asked while it was in flight)."""
+        if r.status is Status.INVALID:  # refused configs teach the sampler little
+            self.dupes += 1
+        out = self._tell(trial, r)
+        for t in self.waiting:
+            self._tell(t, r)
+        self.waiting.clear()
+        return out
+
+
 def tune_region(
     region: Any, p: Plan, records: Records, worker: Worker, *, region_id: int, env_id: int,
     lane_ids: dict[str, int], fingerprint: str, budget: float, sampler: str,
@@ -319,16 +405,19 @@ def tune_region(
     out = RegionTuning(region, budget, reused=len(p.measured))
     # fresh inputs for every sweep, shared by its candidates so the oracle runs once per seed
     seeds = fresh_seeds(2)
-    mirror: _Deferred | None = None
+    enumerate_all = p.total is not None and p.total <= p.target
+    studies = _Studies(records.url, study_name(region, fingerprint, p), p, budget,
+                       None if enumerate_all else (sampler, seed))
 
-    def measure(lane: str, cfg: Config) -> Result:
+    def measure(lane: str, cfg: Config,
+                meanwhile: Callable[[], None] = studies.flush) -> Result:
         problem = p.spaces[lane].violation(cfg)
         if problem is not None:  # never built, never run
             m = Measurement(Status.INVALID, log=f"config rejected by the lane's space: {problem}")
         else:
             m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
                              warmup=warmup, repeats=repeats, seeds=seeds,
-                             meanwhile=mirror.flush if mirror else None).measurement
+                             meanwhile=meanwhile).measurement
         r = records.record(region_id, env_id, lane_ids[lane], cfg, m, budget)
         p.measured[(lane, cfg.key)] = r
         out.new += 1
@@ -338,46 +427,41 @@ def tune_region(
         return r
 
     if p.needed > 0:
-        mirror = _Deferred(_open_study(records.url, study_name(region, fingerprint, p)))
-        study = _memory_study(make_sampler(sampler, seed))
-        both = (study, mirror)
-        _sync(mirror, study, p, budget)
         # every lane's default first (smallest spaces, i.e. the vendor libraries, leading): the
         # library is always a measured candidate and the sampler starts from sane points
         for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n)):
             default = p.spaces[name].default
             if p.needed > 0 and (name, default.key) not in p.measured:
-                _add(both, p, measure(name, default), budget)
-        enumerate_all = p.total is not None and p.total <= p.target
+                studies.recorded(measure(name, default))
         rng = random.Random(seed)
         pool = _pool(p, rng)
-        dupes = asks = 0
         while enumerate_all and p.needed > 0:
             # nothing to sample: measure what is left and tell the studies as finished trials
             pick = _unmeasured(p, pool, rng)
             if pick is None:
                 break
-            _add(both, p, measure(*pick), budget)
-        while not enumerate_all and p.needed > 0 and asks < 5 * p.target + 100:
-            asks += 1
-            if dupes >= DUPES_BEFORE_ENUM:
-                pick = _unmeasured(p, pool, rng)
-                if pick is None:
+            studies.recorded(measure(*pick))
+        if not enumerate_all and p.needed > 0:
+            studies.open()
+            asker = Asker(studies.memory, p, pool, rng, budget)
+            nxt = asker.propose()
+            while nxt is not None:
+                trial, lane, cfg = nxt
+                ahead: list[Any] = []
+
+                def meanwhile(busy: tuple[str, str] = (lane, cfg.key),
+                              ahead: list[Any] = ahead) -> None:
+                    studies.flush()
+                    if p.needed > 1:  # the one in flight is not recorded yet
+                        ahead.append(asker.propose(busy))
+
+                r = measure(lane, cfg, meanwhile)
+                studies.asked(trial, *asker.told(trial, r))
+                if p.needed <= 0:
                     break
-                study.enqueue_trial(_params(*pick), skip_if_exists=False)
-            trial = study.ask()
-            lane, cfg = _suggest(trial, p)
-            known = p.measured.get((lane, cfg.key))
-            r = known if known is not None else measure(lane, cfg)
-            # a repeat or a refused config teaches the sampler little; after a run of them we
-            # hand it a valid unmeasured candidate ourselves
-            dupes = dupes + 1 if known is not None or r.status is Status.INVALID else 0
-            value, attrs = _objective(r, budget)
-            trial.set_user_attr(ATTR, attrs)
-            study.tell(trial, value)
-            if known is None:  # a repeat is no new trial in the database
-                _mirror(mirror, trial, value, attrs)
-        mirror.flush()
+                # asked while the worker had this one, unless it never reached the worker
+                nxt = ahead[0] if ahead else asker.propose()
+        studies.flush()
     if out.new or refinal or records.winner(region_id, env_id, budget) is None:
         out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
         if out.choice is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +21,7 @@ from ._oracle import budget_of
 from ._records import VERIFY, Choice, Records, Result, choose
 from ._region import Region
 from ._registry import get_lane
-from ._search import DEFAULT_SAMPLER, RegionTuning, plan, tune_region
+from ._search import DEFAULT_SAMPLER, RegionTuning, check_sampler, plan, tune_region
 from ._settings import settings
 from ._spec import Spec, load_spec
 from ._values import Status
@@ -86,11 +87,15 @@ def tune(
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
     if timeout <= 0:
         raise ArbiterError(f"--timeout must be positive, got {timeout}")
+    check_sampler(sampler)
     url = db or settings().db
-    chosen = usable_lanes(lanes)
-    todo = _regions(spec, regions)
-    fp = fingerprint()
-    records = Records(url)
+    with ThreadPoolExecutor(1) as pool:
+        # the fingerprint waits on compiler version queries; the lanes' checks meanwhile
+        fp_query = pool.submit(fingerprint)
+        chosen = usable_lanes(lanes)
+        todo = _regions(spec, regions)
+        records = Records(url)
+        fp = fp_query.result()
     plans = []
     for region in todo:
         region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]

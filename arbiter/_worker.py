@@ -21,7 +21,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._values import Config, Measurement, Status
@@ -39,6 +39,7 @@ class Outcome:
     measurement: Measurement
     build_s: float = 0.0  # inside lane.build (cache lookups included)
     timing_s: float = 0.0  # inside runner.time (warm-up and repeats)
+    verify_s: float = 0.0  # inside runner.run (the verification runs on the oracle's inputs)
     gate_s: float = 0.0  # waiting, before timing, for the parent to finish its own work
     work_s: float = 0.0  # the whole request in the child
     wall_s: float = 0.0  # the whole request seen by the parent
@@ -81,12 +82,19 @@ class _TimedRunner:
         finally:
             self._clock["timing"] += time.perf_counter() - t0
 
+    def run(self, inputs: Any, out: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._runner.run(inputs, out)
+        finally:
+            self._clock["verify"] += time.perf_counter() - t0
+
 
 def _check(req: dict[str, Any]) -> Outcome:
     from ._check import check_candidate
     from ._registry import get_lane
 
-    clock = {"build": 0.0, "timing": 0.0, "gate": 0.0}
+    clock = {"build": 0.0, "timing": 0.0, "verify": 0.0, "gate": 0.0}
     t0 = time.perf_counter()
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
@@ -104,7 +112,7 @@ def _check(req: dict[str, Any]) -> Outcome:
         # fails this sweep's budget
         m = Measurement(Status.WRONG_RESULT, m.rel_error, m.max_abs, m.samples, m.timing_method,
                         m.compile_seconds, m.log + f"\nover budget {budget:g}")
-    return Outcome(m, clock["build"], clock["timing"], clock["gate"],
+    return Outcome(m, clock["build"], clock["timing"], clock["verify"], clock["gate"],
                    time.perf_counter() - t0)
 
 
@@ -316,8 +324,7 @@ class Worker:
             out: Outcome = self._call(req, self.timeout, meanwhile)
         except _Dead as d:
             return Outcome(Measurement(d.status, log=d.log), wall_s=time.perf_counter() - t0)
-        return Outcome(out.measurement, out.build_s, out.timing_s, out.gate_s, out.work_s,
-                       time.perf_counter() - t0)
+        return replace(out, wall_s=time.perf_counter() - t0)
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
                    rounds: int = 5, repeats: int = 10, warmup: int = 3) -> list[list[float] | str]:

@@ -84,20 +84,24 @@ def _measured(db: Path) -> list[tuple]:
         con.close()
 
 
+def _killed_after(env, db: Path, n: int, *args) -> list[tuple]:
+    """Start `arbiter *args`, SIGKILL it once `n` candidates are recorded; what was recorded."""
+    proc = subprocess.Popen([sys.executable, "-m", "arbiter", *map(str, args)], env=env,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_measured(db)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return _measured(db)
+
+
 def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(env, tmp_path):
     spec = tmp_path / "one.toml"
     spec.write_text('[[region]]\nname = "r"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n')
     db = tmp_path / "arbiter.db"
-    cmd = [sys.executable, "-m", "arbiter", "tune", str(spec), "--lanes", "fake_slow",
-           "--trials", "18", "--seed", "0"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(_measured(db)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    before = _measured(db)
+    before = _killed_after(env, db, 4, "tune", spec, "--lanes", "fake_slow", "--trials", "18",
+                           "--seed", "0")
     assert 4 <= len(before) < 18, "the sweep should have been killed in the middle"
     p = arbiter(env, "tune", spec, "--lanes", "fake_slow", "--trials", "18", "--seed", "0",
                 "--json")
@@ -106,3 +110,28 @@ def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(env, tmp_path):
     assert len(after) == 18 and len({c for c, _, _ in after}) == 18  # no candidate twice
     [row] = json.loads(p.stdout)
     assert row["new_trials"] == 18 - len(before) and row["config"]["block"] == 4
+
+
+def test_sampled_sweep_killed_then_resumed_keeps_records_and_study_in_step(env, tmp_path):
+    import optuna
+
+    spec = tmp_path / "one.toml"
+    spec.write_text('[[region]]\nname = "r"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n')
+    db = tmp_path / "arbiter.db"
+    # 12 of fake_slow's 18 valid configs: the sampler's path, next candidate asked ahead
+    cmd = ["tune", str(spec), "--lanes", "fake_slow", "--trials", "12", "--seed", "1"]
+    before = _killed_after(env, db, 5, *cmd)
+    arbiter(env, *cmd)
+    after = _measured(db)
+    assert set(before) <= set(after) and len({c for c, _, _ in after}) == len(after)
+    with sqlite3.connect(db) as con:
+        ran = con.execute("select count(*) from measurements where kind = 'sweep' and "
+                          "status != 'invalid'").fetchone()[0]
+    assert ran == 12  # the budget counts what really ran, across both runs
+    # the database study caught up with the records: each candidate once, none missing,
+    # whatever was still waiting to be written when the first run died
+    url = f"sqlite:///{db}"
+    [summary] = optuna.get_all_study_summaries(storage=url)
+    trials = optuna.load_study(study_name=summary.study_name, storage=url).trials
+    ids = sorted(t.user_attrs["arbiter"]["candidate"] for t in trials)
+    assert ids == sorted(c for c, _, _ in after)

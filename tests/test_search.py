@@ -138,3 +138,68 @@ def test_every_lanes_default_is_measured_first(env):
     assert set(configs) == set(lanes)
     tiny = arbiter.get_lane("fake_tiny")
     assert configs["fake_tiny"] == tiny.space(REGION).default.as_dict()
+
+
+def _db_study(url: str):
+    import optuna
+
+    [summary] = optuna.get_all_study_summaries(storage=url)
+    return optuna.load_study(study_name=summary.study_name, storage=url)
+
+
+def _candidates(url: str) -> list[int]:
+    return sorted(cid for (cid,) in _rows(url, "select id from candidates"))
+
+
+def test_database_study_holds_each_measured_candidate_once(env):
+    from optuna.trial import TrialState
+
+    arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=4)  # 9 of 18: sampled
+    study = _db_study(env)
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in done]
+    # what optuna-dashboard shows: every candidate (rule breakers too, as infeasible), once,
+    # with the accuracy constraint the samplers read and the recorded latency as the value
+    assert sorted(ids) == _candidates(env) and len(study.trials) == len(done)
+    medians = dict(_rows(env, "select c.id, m.median from candidates c join measurements m on "
+                              "m.candidate_id = c.id where m.kind = 'sweep'"))
+    for t in done:
+        cid = t.user_attrs["arbiter"]["candidate"]
+        assert "constraints" in t.system_attrs
+        assert t.value == pytest.approx(medians[cid] * 1e3) if medians[cid] else t.value > 1e300
+        assert t.params["lane"] == "fake_tiny" and "fake_tiny.block" in t.params
+    arbiter.tune(REGION, db=env, trials=12, lanes=["fake_tiny"], seed=5)  # three more
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
+    assert sorted(ids) == _candidates(env)
+
+
+def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
+    import optuna
+
+    from arbiter._records import Result
+    from arbiter._search import Asker, Plan, _pool
+    from arbiter._values import Status
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    lane = arbiter.get_lane("fake_tiny")
+    p = Plan({"fake_tiny": lane}, {"fake_tiny": lane.space(REGION)}, 18, 18)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    rng = __import__("random").Random(0)
+    asker = Asker(study, p, _pool(p, rng), rng, 1e-3)
+    nxt, order = asker.propose(), []
+    while nxt is not None:
+        trial, name, cfg = nxt
+        key = (name, cfg.key)
+        # the next one is asked while this one is "in the worker"
+        ahead = asker.propose(key) if len(p.measured) < 17 else None
+        assert ahead is None or (ahead[1], ahead[2].key) not in {key, *p.measured}
+        r = Result(len(order), name, cfg, Status.OK, 1e-7, 1e-7,
+                   lane.latency(cfg), 1e-6, 1e-3)
+        p.measured[key] = r
+        asker.told(trial, r)
+        order.append(key)
+        nxt = ahead
+    assert len(order) == len(set(order)) == 18  # every rule-abiding config, each once
+    # repeats (of measured or in-flight candidates) were told, never left running
+    states = {t.state for t in study.trials}
+    assert states == {optuna.trial.TrialState.COMPLETE}
