@@ -89,6 +89,19 @@ def tune(
         raise ArbiterError(f"--timeout must be positive, got {timeout}")
     check_sampler(sampler)
     url = db or settings().db
+    with Worker(timeout) as worker:
+        # started first so its imports overlap our own start-up; one never asked anything
+        # (a finished sweep run again) is killed on the way out, not waited for
+        worker.start()
+        return _sweep(spec, regions, url, lanes, trials, worker, budget=budget, sampler=sampler,
+                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
+                      refinal=refinal, on_trial=on_trial)
+
+
+def _sweep(spec: Any, regions: Sequence[str] | None, url: str, lanes: Sequence[str] | None,
+           trials: int, worker: Worker, *, budget: float | None, sampler: str,
+           seed: int | None, warmup: int, repeats: int, progress: bool, refinal: bool,
+           on_trial: Callable[[str, str, Result], None] | None) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(1) as pool:
         # the fingerprint waits on compiler version queries; the lanes' checks meanwhile
         fp_query = pool.submit(fingerprint)
@@ -102,30 +115,26 @@ def tune(
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
         plans.append((region, region_id, env_id, lane_ids,
                       plan(region, region_lanes, records, region_id, env_id, trials)))
-    needed = sum(p.needed for *_, p in plans)
-    bar = _bar(needed, progress)
+    bar = _bar(sum(p.needed for *_, p in plans), progress)
     rows = []
     try:
-        with Worker(timeout) as worker:
-            if needed:
-                worker.start()
-            for region, region_id, env_id, lane_ids, p in plans:
-                b = budget_of(region, budget)
-                if not p.lanes:
-                    rows.append(_empty(region, b, "no applicable lane"))
-                    continue
-                bar.set_description(region.name or region.key[:12])
+        for region, region_id, env_id, lane_ids, p in plans:
+            b = budget_of(region, budget)
+            if not p.lanes:
+                rows.append(_empty(region, b, "no applicable lane"))
+                continue
+            bar.set_description(region.name or region.key[:12])
 
-                def tick(lane, cfg, r, _new, _name=region.name):
-                    bar.update(1)
-                    if on_trial:
-                        on_trial(_name, lane, r)
+            def tick(lane, cfg, r, _new, _name=region.name):
+                bar.update(1)
+                if on_trial:
+                    on_trial(_name, lane, r)
 
-                t = tune_region(region, p, records, worker, region_id=region_id, env_id=env_id,
-                                lane_ids=lane_ids, fingerprint=fp.hash, budget=b,
-                                sampler=sampler, seed=seed, warmup=warmup, repeats=repeats,
-                                refinal=refinal, on_trial=tick)
-                rows.append(_tuned_row(region, b, t, records, region_id, env_id))
+            t = tune_region(region, p, records, worker, region_id=region_id, env_id=env_id,
+                            lane_ids=lane_ids, fingerprint=fp.hash, budget=b,
+                            sampler=sampler, seed=seed, warmup=warmup, repeats=repeats,
+                            refinal=refinal, on_trial=tick)
+            rows.append(_tuned_row(region, b, t, records, region_id, env_id))
     finally:
         bar.close()
     return rows

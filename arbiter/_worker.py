@@ -217,6 +217,7 @@ class Worker:
         self.timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.requests = 0
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -244,6 +245,8 @@ class Worker:
         self.proc = None
 
     def close(self) -> None:
+        if not self.requests:
+            self._kill()  # started ahead and never needed: nothing to finish
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -262,6 +265,7 @@ class Worker:
     def _call(self, req: dict[str, Any], timeout: float,
               meanwhile: Callable[[], None] | None = None) -> Any:
         proc = self._start()
+        self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None
         offset = self._log.seek(0, os.SEEK_END)
         try:
