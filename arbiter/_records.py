@@ -190,13 +190,6 @@ class Records:
                         _result(c, m))
             return [envs[k] for k in sorted(envs, reverse=True)]
 
-    def verified(self, region_id: int, environment_id: int, lane: str,
-                 config: Config) -> Result | None:
-        for r in self.results(region_id, environment_id, VERIFY):
-            if r.lane == lane and r.config == config:
-                return r
-        return None
-
 
 def _finite(x: float | None) -> float | None:
     return x if x is None or math.isfinite(x) else None

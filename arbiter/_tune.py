@@ -207,28 +207,31 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
 
 def _reverified(region: Region, budget: float, records: Records, region_id: int,
                 env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
-    for other, results in records.foreign(region_id, env_id):
-        # cast: fits() implies a timed result, so median is set
-        fit = sorted((r for r in results if r.fits(budget)), key=lambda r: cast(float, r.median))
-        for r in fit[:VERIFY_TRIES]:
-            try:
-                lane = get_lane(r.lane)
-            except LaneError:
-                continue
-            if not lane.available() or lane.applies_to(region) is not None:
-                continue
-            rid, eid, lane_ids = records.ids(region, fp, [lane])
-            seen = records.verified(rid, eid, r.lane, r.config)
-            if seen is None:
-                with Worker(timeout) as w:
-                    m = w.check(r.lane, region, r.config, budget, repeats=0).measurement
-                seen = records.record(rid, eid, lane_ids[r.lane], r.config, m, budget,
-                                      kind=VERIFY)
-            if seen.status is Status.OK:
-                row = _row(region, budget, r, None, source="reverified", fingerprint=fp.hash,
-                           measured_on=other)
-                row["rel_error"] = seen.rel_error
-                return row
+    rid, eid, _ = records.ids(region, fp, [])
+    here = {(r.lane, r.config.key): r for r in records.results(rid, eid, VERIFY)}
+    with Worker(timeout) as worker:  # started only if something needs checking
+        for other, results in records.foreign(region_id, env_id):
+            # cast: fits() implies a timed result, so median is set
+            fit = sorted((r for r in results if r.fits(budget)),
+                         key=lambda r: cast(float, r.median))
+            for r in fit[:VERIFY_TRIES]:
+                try:
+                    lane = get_lane(r.lane)
+                except LaneError:
+                    continue
+                if not lane.available() or lane.applies_to(region) is not None:
+                    continue
+                seen = here.get((r.lane, r.config.key))
+                if seen is None:
+                    lane_id = records.ids(region, fp, [lane])[2][r.lane]
+                    m = worker.check(r.lane, region, r.config, budget, repeats=0).measurement
+                    seen = here[(r.lane, r.config.key)] = records.record(
+                        rid, eid, lane_id, r.config, m, budget, kind=VERIFY)
+                if seen.status is Status.OK:
+                    row = _row(region, budget, r, None, source="reverified",
+                               fingerprint=fp.hash, measured_on=other)
+                    row["rel_error"] = seen.rel_error
+                    return row
     raise ArbiterError(f"region {region.label!r}: tuned on other machines only, and no recorded "
                        f"winner passed re-verification here (run `arbiter tune`)")
 
