@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import platform
-import tempfile
 from functools import cache
 from pathlib import Path
 
 from arbiter._build import build_key, cached_build, compiler_identity, run_tool
+from arbiter._errors import BuildError
 from arbiter._settings import settings
 from arbiter._values import Artifact, KernelSource
 
@@ -55,17 +55,26 @@ def build(source: KernelSource, lane_version: str) -> Artifact:
     return Artifact(source.lane, key, source, str(path), seconds, cached, log)
 
 
+PROBE = "#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
+
+
 @cache
 def probe(cc: str) -> tuple[bool, str]:
-    """Can `cc` build an OpenMP shared object here? (once per process)"""
+    """Can `cc` build an OpenMP shared object here? Compiled once per compiler and CPU, then a
+    build-cache lookup (every `tune`, `best` and `run` asks)."""
     ident = compiler_identity(cc)
     if not ident:
         return False, f"C compiler {cc!r} not found (set ARBITER_CC)"
-    with tempfile.TemporaryDirectory(prefix="arbiter-probe-") as tmp:
-        src = Path(tmp) / "probe.c"
-        src.write_text("#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n")
-        rc, log = run_tool([cc, *BASE_FLAGS, str(src), "-o", str(Path(tmp) / "probe.so")],
-                           timeout=60)
-    if rc != 0:
-        return False, f"{cc} cannot build OpenMP shared objects: {log.strip()[:200]}"
+    key = build_key(source=PROBE, compiler=cc, flags=BASE_FLAGS, arch=_cpu_model(),
+                    lane="x86_c-probe")
+
+    def compile_to(tmp: Path, target: Path) -> tuple[int, str]:
+        src = tmp / "probe.c"
+        src.write_text(PROBE)
+        return run_tool([cc, *BASE_FLAGS, str(src), "-o", str(target)], timeout=60)
+
+    try:
+        cached_build(key, ".so", compile_to)
+    except BuildError as e:
+        return False, f"{cc} cannot build OpenMP shared objects: {e.log.strip()[:200]}"
     return True, ident.split("|", 1)[1]

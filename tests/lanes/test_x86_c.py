@@ -207,3 +207,11 @@ def test_unavailable_without_a_compiler_says_why(lane):
     with override(cc="/nonexistent/arbiter-no-gcc"):
         av = lane.available()
     assert not av and "not found" in av.reason
+
+
+def test_a_compiler_that_cannot_build_openmp_objects_is_unavailable(lane, tmp_path):
+    # `false` exists and answers `--version` with nothing: a compiler that fails every build
+    with override(cc="false", cache_dir=tmp_path):
+        av = lane.available()
+    assert not av and "cannot build OpenMP shared objects" in av.reason
+    assert not list(tmp_path.rglob("*.so"))  # a failed probe is not cached as a success
