@@ -21,7 +21,7 @@ from pathlib import Path
 from ._errors import BuildError
 from ._settings import settings
 
-__all__ = ["build_key", "cached_build", "compiler_identity", "run_tool"]
+__all__ = ["build_key", "cached_build", "compiler_identity", "run_tool", "version_text"]
 
 
 def run_tool(
@@ -40,12 +40,22 @@ def run_tool(
 
 
 @cache
-def compiler_identity(compiler: str) -> str:
-    """Resolved path plus first version line: part of every build key."""
+def version_text(compiler: str) -> tuple[str, int, str] | None:
+    """(resolved path, exit code, output) of `compiler --version`, once per process; None
+    when it is not installed. The build keys and the fingerprint both read it."""
     path = shutil.which(compiler)
     if path is None:
-        return ""
+        return None
     rc, out = run_tool([path, "--version"], timeout=30)
+    return path, rc, out
+
+
+def compiler_identity(compiler: str) -> str:
+    """Resolved path plus first version line: part of every build key."""
+    found = version_text(compiler)
+    if found is None:
+        return ""
+    path, rc, out = found
     lines = [ln for ln in out.splitlines() if ln.strip()]
     return f"{path}|{lines[0] if lines else rc}"
 

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ._build import compiler_identity, run_tool
+from ._build import run_tool, version_text
 from ._settings import settings
 
 __all__ = ["Fingerprint", "fingerprint"]
@@ -66,9 +66,10 @@ def _rocm() -> list[str]:
 
 def _compiler_version(compiler: str) -> str | None:
     """The line that names the version (nvcc prints it last), or None when not installed."""
-    if not compiler_identity(compiler):
+    found = version_text(compiler)
+    if found is None:
         return None
-    _, out = run_tool([compiler, "--version"], timeout=30)
+    _, _, out = found
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
     named = [ln for ln in lines if "version" in ln.lower() or "release" in ln.lower()]
     return (named or lines or ["?"])[0]

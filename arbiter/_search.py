@@ -117,7 +117,7 @@ class Plan:
 
     lanes: dict[str, Any]  # name -> Lane, applicable and available
     spaces: dict[str, Space]
-    total: int | None  # candidates in all spaces together; None when too many to list
+    total: int | None  # candidates in all spaces together; None: too many to list, or done
     target: int  # distinct candidates to have measured when done
     measured: dict[tuple[str, str], Result] = field(default_factory=dict)
     # lane -> number of valid configs (None: too many to list); counting walks the whole space,
@@ -152,11 +152,15 @@ def plan(region: Any, lanes: list[Any], records: Records, region_id: int, env_id
          trials: int) -> Plan:
     chosen = {ln.name: ln for ln in lanes}
     spaces = {n: ln.space(region) for n, ln in chosen.items()}
+    measured = {(r.lane, r.config.key): r for r in records.results(region_id, env_id)
+                if r.lane in chosen}
+    if sum(1 for r in measured.values() if r.status is not Status.INVALID) >= trials:
+        # finished already (a sweep run again): nothing will be searched, so the spaces are
+        # not walked to count them (a few ms per lane and region)
+        return Plan(chosen, spaces, None, trials, measured, {n: None for n in spaces})
     sizes = {n: space_size(s) for n, s in spaces.items()}
     counts = list(sizes.values())
     total = None if any(n is None for n in counts) else sum(counts)  # type: ignore[arg-type]
-    measured = {(r.lane, r.config.key): r for r in records.results(region_id, env_id)
-                if r.lane in chosen}
     target = trials if total is None else min(trials, total)
     return Plan(chosen, spaces, total, target, measured, sizes)
 
