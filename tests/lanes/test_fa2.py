@@ -23,6 +23,7 @@ from arbiter.testing import LaneConformance
 BUDGET = {"f16": 2e-3, "bf16": 1.5e-2}
 
 
+@pytest.mark.gpu  # its GPU parts skip with a reason without one; `-m gpu` must select them
 class TestFA2Lane(LaneConformance):
     lane_name = "fa2"
     budget = BUDGET["bf16"]  # sampled configs include bf16 ones
