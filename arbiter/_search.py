@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from ._check import fresh_seeds
 from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
+from ._study_rows import TrialWriter
 from ._values import Config, Measurement, Space, Status
 from ._worker import Worker
 
@@ -192,8 +193,8 @@ def study_name(region: Any, fingerprint: str, p: Plan) -> str:
     return f"{region.name or 'region'}:{region.key[:12]}:{fingerprint}:{tag}"
 
 
-def _open_study(url: str, name: str) -> Any:
-    """The study in the database: finished trials only, written by `_mirror`."""
+def _open_study(url: str, name: str) -> TrialWriter:
+    """The study in the database (finished trials only), ready to be written to."""
     import optuna
     from optuna.samplers import RandomSampler
     from optuna.trial import TrialState
@@ -217,7 +218,7 @@ def _open_study(url: str, name: str) -> Any:
     # never finishes; its result (if it got that far) is in our records and is told again
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-    return study
+    return TrialWriter(study, storage, storage.get_study_id_from_name(name))
 
 def _trial(params: dict[str, Any], distributions: dict[str, Any], value: float,
            attrs: dict[str, Any]) -> Any:
@@ -244,8 +245,8 @@ class _Studies:
     """The region's two studies, opened lazily and written while the worker is busy.
 
     The database study (what optuna-dashboard shows) gets one finished trial per measured
-    candidate; Optuna's write of one is ~30 SQL statements (~8 ms on SQLite), and opening it
-    (import, schema check) ~0.1-0.3 s. Both are done by `flush`, which the search hands to
+    candidate (~2 ms each on SQLite, `TrialWriter`), and opening it (import, Optuna's schema
+    check) costs ~0.1-0.3 s. Both are done by `flush`, which the search hands to
     `Worker.check` as its `meanwhile`: they overlap the next candidate's build and check and
     never its timing (the worker waits for them before timing). Our records are committed
     first and are the source of truth: a trial still pending when the process dies is written
@@ -258,7 +259,7 @@ class _Studies:
     def __init__(self, url: str, name: str, p: Plan, budget: float,
                  sampler: tuple[str, int | None] | None) -> None:
         self.url, self.name, self.p, self.budget, self.sampler = url, name, p, budget, sampler
-        self.db: Any = None
+        self.db: TrialWriter | None = None
         self.memory: Any = None
         self.pending: list[Any] = []
 
@@ -269,7 +270,7 @@ class _Studies:
 
         db = _open_study(self.url, self.name)
         known = {t.user_attrs.get(ATTR, {}).get("candidate")
-                 for t in db.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+                 for t in db.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
         memory = _memory_study(make_sampler(*self.sampler)) if self.sampler else None
         for r in list(self.p.measured.values()):
             t = _finished(self.p, r, self.budget)
@@ -298,8 +299,9 @@ class _Studies:
         if self.db is None and not self.p.measured:
             return  # nothing to write yet: opening waits for a window with a build in it
         self.open()
+        assert self.db is not None
         while self.pending:
-            self.db.add_trial(self.pending[0])
+            self.db.add(self.pending[0])
             self.pending.pop(0)
 
 
