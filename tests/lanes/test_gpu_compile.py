@@ -171,6 +171,6 @@ def test_cli_emit_source_isa_ptx_and_errors(capsys):
         assert ".target sm_90" in capsys.readouterr().out
     assert cli(["emit", spec, "mm_relu", "--lane", "numpy", "--asm"]) == 2
     assert cli(["emit", spec, "mm_relu", "--lane", "hip_scalar", "--config", "tile=7x7"]) == 2
-    assert cli(["emit", spec, "mm_relu", "--lane", "hip_scalar", "--asm",
+    assert cli(["emit", spec, "mm_relu", "--lane", "hip_scalar", "--asm", "--platform", "rocm",
                 "--arch", "gfx1151;x"]) == 2
     assert "not a rocm arch" in capsys.readouterr().err
