@@ -123,10 +123,22 @@ class Verdict:
     detail: str = ""
 
 
+# Elements per pass of the comparison: its float64 temporaries stay in cache, and a large
+# output (64M elements at benchmark scale) needs no 512 MB difference array.
+CHUNK = 1 << 16
+
+
 def frobenius(a: np.ndarray) -> float:
-    # a pairwise sum, not BLAS dot: OpenBLAS threads woken here keep spinning into the next
-    # CPU timing, and on a loaded 2-core machine the dot alone took ~6 ms for 512K elements
-    return math.sqrt(float(np.square(a, dtype=np.float64).sum()))
+    """||a|| in float64, chunk by chunk (pairwise sums; BLAS dot is fast when the machine is
+    idle, but took ~6 ms for 512K elements with the 2 cores busy, against ~0.2 ms idle)."""
+    flat = a.reshape(-1)
+    buf = np.empty(min(CHUNK, flat.size), np.float64)
+    total = 0.0
+    for s in range(0, flat.size, CHUNK):
+        part = buf[: min(CHUNK, flat.size - s)]
+        np.square(flat[s:s + CHUNK], out=part, dtype=np.float64)
+        total += float(part.sum())
+    return math.sqrt(total)
 
 
 def compare(out: np.ndarray, ref: np.ndarray, budget: float,
@@ -135,20 +147,28 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float,
 
     `norm_ref` is `||ref||` when the caller already has it (the check compares many candidates
     against one reference)."""
-    n_untouched = untouched_count(out)
-    if n_untouched:
-        return Verdict(
-            Status.UNTOUCHED, None, None, f"{n_untouched} of {out.size} elements unwritten"
-        )
-    finite = np.isfinite(out)
-    if not finite.all():
-        bad = int(out.size - np.count_nonzero(finite))
-        return Verdict(Status.NAN, None, None, f"{bad} of {out.size} elements are NaN or Inf")
-    diff = np.subtract(out, ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} != reference shape {ref.shape}")
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    buf = np.empty(min(CHUNK, out.size), np.float64)
+    untouched = nonfinite = 0
+    sumsq = max_abs = 0.0
+    for s in range(0, out.size, CHUNK):
+        o = flat_out[s:s + CHUNK]
+        untouched += untouched_count(o)
+        nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
+        d = np.subtract(o, flat_ref[s:s + CHUNK], out=buf[:o.size], dtype=np.float64)
+        max_abs = max(max_abs, float(d.max()), -float(d.min()))
+        sumsq += float(np.square(d, out=d).sum())
+    if untouched:
+        return Verdict(Status.UNTOUCHED, None, None,
+                       f"{untouched} of {out.size} elements unwritten")
+    if nonfinite:
+        return Verdict(Status.NAN, None, None,
+                       f"{nonfinite} of {out.size} elements are NaN or Inf")
     if norm_ref is None:
         norm_ref = frobenius(ref)
-    max_abs = float(max(diff.max(), -diff.min())) if diff.size else 0.0
-    norm_diff = math.sqrt(float(np.square(diff, out=diff).sum()))
+    norm_diff = math.sqrt(sumsq)
     rel = norm_diff / norm_ref if norm_ref > 0 else norm_diff
     if not rel <= budget:
         return Verdict(
