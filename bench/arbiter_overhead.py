@@ -9,8 +9,10 @@
    search + records (Optuna ask/tell + our commits).
    "Own overhead" = search + records + IPC per trial: what the arbiter adds around a trial,
    reported two ways: steady state (the parent's time between one trial's result and the next
-   trial's request, plus that trial's IPC; trials 2..n) and all-in (total minus build, kernel
-   timing, oracle check and finalists, divided by n: one-time startup spread over the sweep).
+   trial's request, plus that trial's IPC and gate wait; trials 2..n) and all-in (total minus
+   build, kernel timing, verification runs, oracle check and finalists, divided by n: one-time
+   startup spread over the sweep). The issue's formula as written (total minus build and
+   kernel time, per trial) is reported too: it also counts the oracle's work.
    One-time startup (imports, schema creation, fingerprint, study open, worker start) is
    reported on its own. The parent's CPU time per steady-state trial is given too: it moves
    less than wall time when other jobs share the cores.
@@ -20,8 +22,10 @@
    parent's work has the least to hide behind: the worst case for the overlap).
 2. `arbiter tune` of a spec, then the same command again: wall of each, files added to the
    build cache by the second (compiles).
-3. Samplers replayed on (1)'s recorded latencies (a lookup table; nothing re-timed): distinct
-   trials until one within 3% of the best recorded latency is found, median over 20 seeds.
+3. Samplers replayed on (1)'s recorded latencies (a lookup table; nothing re-timed) through
+   the search's own `Asker`, one trial ahead as in `tune`: measured trials (refused configs
+   excluded, as in the trial budget) until one within 3% of the best recorded latency is
+   found, median over 20 seeds.
 """
 
 from __future__ import annotations
