@@ -352,13 +352,18 @@ class Asker:
 
     `propose(busy)` asks until the sampler names a candidate that is neither measured nor the
     one in flight (`busy`): a repeat of a measured one is told its recorded result at once; a
-    repeat of the one in flight waits for its result. After a run of repeats or refused configs
-    it hands the sampler an unmeasured candidate from the pool itself.
+    repeat of the one in flight waits for its result; a config the space's rules refuse is
+    recorded through `refuse` (no build, no run) and told at once, so none of these leave the
+    worker's window. After a run of repeats or refused configs it hands the sampler an
+    unmeasured candidate from the pool itself. `mirror` gets every newly recorded trial.
     """
 
     def __init__(self, study: Any, p: Plan, pool: list[tuple[str, Config]],
-                 rng: random.Random, budget: float) -> None:
+                 rng: random.Random, budget: float,
+                 refuse: Callable[[str, Config], Result] | None = None,
+                 mirror: Callable[[Any, float, dict[str, Any]], None] | None = None) -> None:
         self.study, self.p, self.pool, self.rng, self.budget = study, p, pool, rng, budget
+        self.refuse, self.mirror = refuse, mirror
         self.dupes = self.asks = 0
         self.limit = 5 * p.target + 100
         self.waiting: list[Any] = []  # asked for the candidate in flight
@@ -375,14 +380,16 @@ class Asker:
             lane, cfg = _suggest(trial, self.p)
             key = (lane, cfg.key)
             known = self.p.measured.get(key)
-            if key != busy and known is None:
+            if key == busy:
+                self.waiting.append(trial)
+            elif known is not None:
+                self._tell(trial, known)
+            elif self.refuse is not None and self.p.spaces[lane].violation(cfg) is not None:
+                self._record(trial, self.refuse(lane, cfg))
+            else:
                 self.dupes = 0
                 return trial, lane, cfg
             self.dupes += 1
-            if known is not None:
-                self._tell(trial, known)
-            else:
-                self.waiting.append(trial)
         return None
 
     def _tell(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
@@ -391,15 +398,19 @@ class Asker:
         self.study.tell(trial, value)
         return value, attrs
 
-    def told(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
+    def _record(self, trial: Any, r: Result) -> None:
+        value, attrs = self._tell(trial, r)
+        if self.mirror is not None:
+            self.mirror(trial, value, attrs)
+
+    def told(self, trial: Any, r: Result) -> None:
         """The measured result of a proposal (and of any repeat asked while it was in flight)."""
         if r.status is Status.INVALID:  # refused configs teach the sampler little
             self.dupes += 1
-        out = self._tell(trial, r)
+        self._record(trial, r)
         for t in self.waiting:
             self._tell(t, r)
         self.waiting.clear()
-        return out
 
 
 def tune_region(
@@ -449,7 +460,8 @@ def tune_region(
             studies.recorded(measure(*pick))
         if not enumerate_all and p.needed > 0:
             studies.open()
-            asker = Asker(studies.memory, p, pool, rng, budget)
+            asker = Asker(studies.memory, p, pool, rng, budget, refuse=measure,
+                          mirror=studies.asked)
             nxt = asker.propose()
             while nxt is not None:
                 trial, lane, cfg = nxt
@@ -461,8 +473,7 @@ def tune_region(
                     if p.needed > 1:  # the one in flight is not recorded yet
                         ahead.append(asker.propose(busy))
 
-                r = measure(lane, cfg, meanwhile)
-                studies.asked(trial, *asker.told(trial, r))
+                asker.told(trial, measure(lane, cfg, meanwhile))
                 if p.needed <= 0:
                     break
                 # asked while the worker had this one, unless it never reached the worker

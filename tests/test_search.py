@@ -182,16 +182,27 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     lane = arbiter.get_lane("fake_tiny")
-    p = Plan({"fake_tiny": lane}, {"fake_tiny": lane.space(REGION)}, 18, 18)
+    space = lane.space(REGION)
+    p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 18, 18)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     rng = __import__("random").Random(0)
-    asker = Asker(study, p, _pool(p, rng), rng, 1e-3)
+    refused, mirrored = [], []
+
+    def refuse(name, cfg):  # what the search does: record it as invalid, never build it
+        r = Result(-1, name, cfg, Status.INVALID, None, None, None, None, 1e-3)
+        p.measured[(name, cfg.key)] = r
+        refused.append(cfg.key)
+        return r
+
+    asker = Asker(study, p, _pool(p, rng), rng, 1e-3, refuse=refuse,
+                  mirror=lambda t, value, attrs: mirrored.append(t.number))
     nxt, order = asker.propose(), []
     while nxt is not None:
         trial, name, cfg = nxt
         key = (name, cfg.key)
+        assert space.violation(cfg) is None  # rule breakers never reach the worker
         # the next one is asked while this one is "in the worker"
-        ahead = asker.propose(key) if len(p.measured) < 17 else None
+        ahead = asker.propose(key) if len(order) < 17 else None
         assert ahead is None or (ahead[1], ahead[2].key) not in {key, *p.measured}
         r = Result(len(order), name, cfg, Status.OK, 1e-7, 1e-7,
                    lane.latency(cfg), 1e-6, 1e-3)
@@ -199,7 +210,10 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
         asker.told(trial, r)
         order.append(key)
         nxt = ahead
-    assert len(order) == len(set(order)) == 18  # every rule-abiding config, each once
-    # repeats (of measured or in-flight candidates) were told, never left running
-    states = {t.state for t in study.trials}
-    assert states == {optuna.trial.TrialState.COMPLETE}
+    # every rule-abiding config, each once; each rule breaker the sampler named recorded once
+    assert len(order) == len(set(order)) == 18
+    assert refused and len(set(refused)) == len(refused) <= 24 - 18
+    # repeats (of measured or in-flight candidates) were told, never left running; each new
+    # result (measured or refused) went to the database study once
+    assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}
+    assert len(mirrored) == len(set(mirrored)) == 18 + len(refused)
