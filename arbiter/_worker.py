@@ -204,6 +204,14 @@ def _serve() -> None:
 # --------------------------------------------------------------------------------- parent side
 
 
+def _send_to(proc: subprocess.Popen[bytes], obj: Any) -> None:
+    assert proc.stdin is not None
+    try:
+        _send(proc.stdin.fileno(), obj)
+    except BrokenPipeError:
+        pass  # it died before reading; the read that follows reports how
+
+
 class _Dead(Exception):
     def __init__(self, status: Status, log: str) -> None:
         super().__init__(log)
@@ -268,12 +276,9 @@ class Worker:
         self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None
         offset = self._log.seek(0, os.SEEK_END)
-        try:
-            _send(proc.stdin.fileno(), req)
-            if req["op"] == "check":
-                self._meanwhile_then_go(proc, meanwhile)
-        except BrokenPipeError:
-            pass  # it died before reading; the read below reports how
+        _send_to(proc, req)
+        if req["op"] == "check":
+            self._meanwhile_then_go(proc, meanwhile)
         fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         buf = b""
@@ -307,9 +312,11 @@ class Worker:
             if meanwhile is not None:
                 meanwhile()
         except BaseException:
-            self._kill()  # its reply would be read by the next request: start afresh
+            # the parent's own error, never the candidate's: it propagates, and the child goes
+            # (its reply would be read by the next request)
+            self._kill()
             raise
-        _send(proc.stdin.fileno(), {"op": "go"})
+        _send_to(proc, {"op": "go"})
 
     def check(self, lane: str, region: Any, config: Config, budget: float, *,
               ceiling: float | None = None, warmup: int = 3, repeats: int = 15,
