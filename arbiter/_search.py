@@ -188,7 +188,10 @@ def _objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
 
 
 def study_name(region: Any, fingerprint: str, p: Plan) -> str:
-    lanes = ",".join(f"{n}@{p.lanes[n].version}" for n in sorted(p.lanes))
+    # the lanes, their versions and their spaces' choices (x86_c's follow the core count):
+    # a study's distributions never change under one name
+    lanes = ";".join(f"{n}@{p.lanes[n].version}:" + ",".join(
+        f"{t.name}={t.choices!r}" for t in p.spaces[n].tunables) for n in sorted(p.lanes))
     tag = hashlib.sha256(lanes.encode()).hexdigest()[:8]
     return f"{region.name or 'region'}:{region.key[:12]}:{fingerprint}:{tag}"
 

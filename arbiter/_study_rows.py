@@ -7,11 +7,13 @@ x86_c candidate on SQLite, 95% of it Python. The search writes one per measured 
 with a warm build cache that was more than the worker's check could hide.
 
 Here the same rows are built from Optuna's own models (so the installed version's column
-types and datetime convention apply) and added in one flush per trial; the trial number is
-counted inside the same transaction, as Optuna does. The distributions need no check: a
-study's name carries the lane versions, so its spaces never change. Anything unexpected from
-the models (another Optuna's schema) falls back to `add_trial` for the rest of the run; a test
-holds both paths to the same trials read back through Optuna.
+types and datetime convention apply) and added in one flush per trial; as in Optuna, the
+study's row is locked first (several workers on PostgreSQL) and the trial number is counted
+inside the same transaction. The distributions need no check: a study's name carries a hash
+of its lanes' spaces, so they never change within it. Models that do not fit (another
+Optuna's) turn the fast path off for the rest of the run; a database error sends that one
+trial through `add_trial`, which raises if the database itself is failing. A test holds both
+paths to the same trials read back through Optuna.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ class TrialWriter:
             try:
                 self._insert(trial)
                 return
-            except (ImportError, AttributeError, TypeError, SQLAlchemyError):
-                # rolled back, nothing written: the slow path writes it (and raises if the
-                # database itself is the problem)
-                self.fast = False
+            except (ImportError, AttributeError, TypeError, KeyError):
+                self.fast = False  # rolled back: nothing was written
+            except SQLAlchemyError:
+                pass  # rolled back; a busy database may well take the slow path
         self.study.add_trial(trial)
 
     def _insert(self, t: Any) -> None:
@@ -46,6 +48,7 @@ class TrialWriter:
 
         session = self.storage.scoped_session()
         try:
+            m.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
             row = m.TrialModel(study_id=self.study_id, number=None, state=t.state,
                                datetime_start=t.datetime_start,
                                datetime_complete=t.datetime_complete)

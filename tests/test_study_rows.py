@@ -62,10 +62,16 @@ def test_fast_rows_read_back_as_optuna_writes_them(url):
 
 
 def test_unexpected_models_fall_back_to_add_trial(url, monkeypatch):
-    from optuna.storages._rdb import models
+    import arbiter._study_rows as rows
 
     writer = _open_study(url, "fallback")
-    monkeypatch.delattr(models, "TrialValueModel")  # another Optuna's schema, say
+
+    class Refusing:  # fails after the trial's row is flushed: another Optuna's models, say
+        @staticmethod
+        def dumps(value):
+            raise TypeError("unexpected attribute format")
+
+    monkeypatch.setattr(rows, "json", Refusing)
     for t in _trials():
         writer.add(t)
     assert not writer.fast
