@@ -138,3 +138,25 @@ def test_first_use_creates_the_schema_the_migrations_build(tmp_path):
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         assert ctx.get_current_revision() == SCHEMA_REVISION
     assert upgrade(created) == (SCHEMA_REVISION, SCHEMA_REVISION)  # alembic agrees: nothing to do
+
+
+def test_processes_creating_one_database_at_once_all_get_it(tmp_path):
+    import subprocess
+    import sys
+
+    import time
+
+    db = tmp_path / "shared.db"
+    # imports first, then all at the same instant
+    code = ("import sys, time; from arbiter._records import Records\n"
+            "while time.time() < float(sys.argv[2]): pass\n"
+            "Records(sys.argv[1])")
+    start = str(time.time() + 3)
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"sqlite:///{db}", start],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    assert revision_of(f"sqlite:///{db}") == SCHEMA_REVISION
+    rows = sqlite3.connect(db).execute("select version_num from arbiter_alembic_version")
+    assert rows.fetchall() == [(SCHEMA_REVISION,)]

@@ -7,6 +7,8 @@ for many workers) is used as given. Alembic is imported only by `upgrade`.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -33,12 +35,22 @@ __all__ = ["create_current", "engine_for", "require_current", "revision_of", "se
            "upgrade"]
 
 BUSY_TIMEOUT_MS = 30_000
+RACE_WAITS = 100  # x 50 ms: how long a creation that lost a race waits for the winner's
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    # switching a new file to WAL answers "locked" at once, busy handler or not, while another
+    # process switches it too: retry for as long as the busy timeout allows
+    for attempt in range(BUSY_TIMEOUT_MS // 10):
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            if attempt == BUSY_TIMEOUT_MS // 10 - 1:
+                raise
+            time.sleep(0.01)
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
@@ -114,11 +126,16 @@ def create_current(url: str) -> None:
                     PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"))
     try:
         with engine_for(url).begin() as conn:
-            Base.metadata.create_all(conn)  # checkfirst: another process may be here too
+            Base.metadata.create_all(conn)
             version.create(conn, checkfirst=True)
-            if conn.execute(version.select()).first() is None:
-                conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
+            conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
+        # several processes creating one file at once: SQLite runs DDL outside the
+        # transaction, so all but one fail here; the winner's stamp comes last
+        for _ in range(RACE_WAITS):
+            if revision_of(url) == SCHEMA_REVISION:
+                return
+            time.sleep(0.05)
         raise StoreError(f"cannot create database {url}: {e}") from e
 
 
