@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._errors import InputError
 from ._inputs import untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
@@ -148,7 +149,7 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float,
     `norm_ref` is `||ref||` when the caller already has it (the check compares many candidates
     against one reference)."""
     if out.shape != ref.shape:
-        raise ValueError(f"output shape {out.shape} != reference shape {ref.shape}")
+        raise InputError(f"output shape {out.shape} != reference shape {ref.shape}")
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     buf = np.empty(min(CHUNK, out.size), np.float64)
     untouched = nonfinite = 0

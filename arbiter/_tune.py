@@ -207,8 +207,9 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
 
 def _reverified(region: Region, budget: float, records: Records, region_id: int,
                 env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
-    rid, eid, _ = records.ids(region, fp, [])
-    here = {(r.lane, r.config.key): r for r in records.results(rid, eid, VERIFY)}
+    # read-only until something must be checked (`best` on a database it may not write)
+    here = {} if env_id is None else {
+        (r.lane, r.config.key): r for r in records.results(region_id, env_id, VERIFY)}
     with Worker(timeout) as worker:  # started only if something needs checking
         for other, results in records.foreign(region_id, env_id):
             # cast: fits() implies a timed result, so median is set
@@ -223,10 +224,10 @@ def _reverified(region: Region, budget: float, records: Records, region_id: int,
                     continue
                 seen = here.get((r.lane, r.config.key))
                 if seen is None:
-                    lane_id = records.ids(region, fp, [lane])[2][r.lane]
+                    rid, eid, lane_ids = records.ids(region, fp, [lane])
                     m = worker.check(r.lane, region, r.config, budget, repeats=0).measurement
                     seen = here[(r.lane, r.config.key)] = records.record(
-                        rid, eid, lane_id, r.config, m, budget, kind=VERIFY)
+                        rid, eid, lane_ids[r.lane], r.config, m, budget, kind=VERIFY)
                 if seen.status is Status.OK:
                     row = _row(region, budget, r, None, source="reverified",
                                fingerprint=fp.hash, measured_on=other)

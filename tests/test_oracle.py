@@ -112,6 +112,31 @@ def test_compare_statuses():
     assert v.status is Status.UNTOUCHED and "8 of 16" in v.detail
 
 
+def test_compare_across_chunks_matches_a_whole_array_computation():
+    from arbiter import InputError
+    from arbiter._oracle import CHUNK
+
+    rng = np.random.default_rng(7)
+    ref = rng.standard_normal((3, CHUNK + 7)).T  # several chunks, not contiguous
+    out = (ref * (1 + 1e-6 * rng.standard_normal(ref.shape))).astype(np.float32)
+    v = compare(out, ref, 1e-3)
+    diff = out.astype(np.float64) - ref
+    assert v.status is Status.OK
+    assert v.rel_error == pytest.approx(np.linalg.norm(diff) / np.linalg.norm(ref), rel=1e-9)
+    assert v.max_abs == np.abs(diff).max()
+    # a fault in the last, partial chunk is still found, and named over the whole output
+    for bad, status in ((np.nan, Status.NAN), (None, Status.UNTOUCHED)):
+        faulty = out.copy()
+        if bad is None:
+            poison(faulty[-1:, :])
+        else:
+            faulty[-1, -1] = bad
+        v = compare(faulty, ref, 1.0)
+        assert v.status is status and f"of {out.size} elements" in v.detail
+    with pytest.raises(InputError, match="shape"):
+        compare(out[:-1], ref, 1e-3)
+
+
 def test_reference_validates_inputs():
     from arbiter import InputError
 
