@@ -18,10 +18,12 @@ from ._api import usable_lanes
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
 from ._oracle import budget_of
+from ._plan import plan
 from ._records import VERIFY, Choice, Records, Result, choose
 from ._region import Region
 from ._registry import get_lane
-from ._search import DEFAULT_SAMPLER, RegionTuning, check_sampler, plan, tune_region
+from ._samplers import DEFAULT_SAMPLER, check_sampler
+from ._search import RegionTuning, tune_region
 from ._settings import settings
 from ._spec import Spec, load_spec
 from ._values import Status

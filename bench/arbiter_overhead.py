@@ -157,9 +157,11 @@ def replay(url: str) -> dict:
     import optuna
 
     from arbiter import load_spec
+    from arbiter._asker import Asker, pool
+    from arbiter._plan import Plan
     from arbiter._records import Records, Result
     from arbiter._registry import get_lane
-    from arbiter._search import SAMPLERS, Asker, Plan, _pool, make_sampler
+    from arbiter._samplers import SAMPLERS, make_sampler
     from arbiter._store import RegionModel, session_scope
     from arbiter._values import Status
 
@@ -189,7 +191,7 @@ def replay(url: str) -> dict:
             rng = random.Random(seed)
             # the search's own proposer, one trial ahead as in `tune`: the next candidate is
             # asked before the one "in flight" is told its (recorded) result
-            asker = Asker(study, p, _pool(p, rng), rng, budget)
+            asker = Asker(study, p, pool(p, rng), rng, budget)
             nxt, found = asker.propose(), None
             while nxt is not None and found is None:
                 trial, lane, cfg = nxt

@@ -176,8 +176,9 @@ def test_database_study_holds_each_measured_candidate_once(env):
 def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
     import optuna
 
+    from arbiter._asker import Asker, pool
+    from arbiter._plan import Plan
     from arbiter._records import Result
-    from arbiter._search import Asker, Plan, _pool
     from arbiter._values import Status
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -194,7 +195,7 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
         refused.append(cfg.key)
         return r
 
-    asker = Asker(study, p, _pool(p, rng), rng, 1e-3, refuse=refuse,
+    asker = Asker(study, p, pool(p, rng), rng, 1e-3, refuse=refuse,
                   mirror=lambda t, value, attrs: mirrored.append(t.number))
     nxt, order = asker.propose(), []
     while nxt is not None:
@@ -217,3 +218,16 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
     # result (measured or refused) went to the database study once
     assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}
     assert len(mirrored) == len(set(mirrored)) == 18 + len(refused)
+
+
+def test_database_study_behind_the_records_catches_up_on_the_next_run(env):
+    import optuna
+
+    arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=4)
+    name = _db_study(env).study_name
+    # as if the sweep had been killed after its last record, before the study's writes
+    optuna.delete_study(study_name=name, storage=env)
+    [row] = arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=4)
+    assert row["new_trials"] == 0  # nothing measured again
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
+    assert sorted(ids) == _candidates(env)

@@ -143,7 +143,6 @@ def test_first_use_creates_the_schema_the_migrations_build(tmp_path):
 def test_processes_creating_one_database_at_once_all_get_it(tmp_path):
     import subprocess
     import sys
-
     import time
 
     db = tmp_path / "shared.db"

@@ -10,8 +10,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from arbiter._search import _open_study
 from arbiter._store import require_current
+from arbiter._studies import open_study
 
 FIELDS = ("number", "state", "value", "params", "distributions", "user_attrs", "system_attrs",
           "datetime_start", "datetime_complete")
@@ -47,7 +47,7 @@ def _read(url: str, name: str) -> list:
 
 
 def test_fast_rows_read_back_as_optuna_writes_them(url):
-    fast, slow = _open_study(url, "fast"), _open_study(url, "slow")
+    fast, slow = open_study(url, "fast"), open_study(url, "slow")
     for t in _trials():
         fast.add(t)
         slow.study.add_trial(t)
@@ -64,7 +64,7 @@ def test_fast_rows_read_back_as_optuna_writes_them(url):
 def test_unexpected_models_fall_back_to_add_trial(url, monkeypatch):
     import arbiter._study_rows as rows
 
-    writer = _open_study(url, "fallback")
+    writer = open_study(url, "fallback")
 
     class Refusing:  # fails after the trial's row is flushed: another Optuna's models, say
         @staticmethod

@@ -30,7 +30,7 @@ def config_text(config: dict | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .._search import DEFAULT_SAMPLER
+    from .._samplers import DEFAULT_SAMPLER
     from .._tune import tune
 
     lanes = args.lanes.split(",") if args.lanes else None

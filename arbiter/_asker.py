@@ -1,0 +1,140 @@
+"""The sampled path's proposals: the next unmeasured candidate, asked one trial ahead.
+
+Lane is a categorical parameter and each lane's tunables are asked only under it
+(define-by-run), named `<lane>.<tunable>`. The next candidate is asked while the current one
+is in the worker, with the current one pending in the study (TPE's constant liar keeps the
+sampler from proposing it again), so the sampler's time stays off the path between trials.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from ._plan import Plan
+from ._records import Result
+from ._samplers import ATTR
+from ._studies import objective, params
+from ._values import Config, Status
+
+__all__ = ["DUPES_BEFORE_ENUM", "Asker", "pool", "unmeasured"]
+
+DUPES_BEFORE_ENUM = 8  # consecutive already-measured proposals before we pick one ourselves
+
+
+def pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
+    """Every listable candidate, in a seeded random order."""
+    out = [(lane, c) for lane, space in p.spaces.items() if p.sizes[lane] is not None
+           for c in space.configs()]
+    rng.shuffle(out)
+    return out
+
+
+def unmeasured(p: Plan, pool: list[tuple[str, Config]], rng: random.Random,
+               busy: tuple[str, str] | None = None) -> tuple[str, Config] | None:
+    """The first pool entry neither measured nor in flight (random draws for spaces too big
+    to list).
+
+    Recomputed on every call, not consumed: the study may hand back an older queued trial
+    (left by a killed sweep) instead of the one just enqueued, and the pick must survive that.
+    """
+    for lane, cfg in pool:
+        if (lane, cfg.key) not in p.measured and (lane, cfg.key) != busy:
+            return lane, cfg
+    huge = sorted(ln for ln in p.spaces if p.sizes[ln] is None)
+    for _ in range(1000 if huge else 0):
+        lane = rng.choice(huge)
+        cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
+        if ((lane, cfg.key) not in p.measured and (lane, cfg.key) != busy
+                and p.spaces[lane].violation(cfg) is None):
+            return lane, cfg
+    return None
+
+
+def _suggest(trial: Any, p: Plan) -> tuple[str, Config]:
+    lane = trial.suggest_categorical("lane", sorted(p.lanes))
+    values = {t.name: trial.suggest_categorical(f"{lane}.{t.name}", t.choices)
+              for t in p.spaces[lane].tunables}
+    return lane, Config.of(values)
+
+
+class Asker:
+    """Proposals for one region's sampled sweep.
+
+    `propose(busy)` asks until the sampler names a candidate that is neither measured nor the
+    one in flight (`busy`): a repeat of a measured one is told its recorded result at once; a
+    repeat of the one in flight waits for its result; a config the space's rules refuse is
+    recorded through `refuse` (no build, no run) and told at once, so none of these leave the
+    worker's window. After a run of repeats or refused configs it hands the sampler an
+    unmeasured candidate from the pool itself. `mirror` gets every newly recorded trial.
+    """
+
+    def __init__(self, study: Any, p: Plan, pool: list[tuple[str, Config]],
+                 rng: random.Random, budget: float,
+                 refuse: Callable[[str, Config], Result] | None = None,
+                 mirror: Callable[[Any, float, dict[str, Any]], None] | None = None) -> None:
+        self.study, self.p, self.pool, self.rng, self.budget = study, p, pool, rng, budget
+        self.refuse, self.mirror = refuse, mirror
+        self.dupes = self.asks = 0
+        self.limit = 5 * p.target + 100
+        self.waiting: list[Any] = []  # asked for the candidate in flight
+        self._ahead: list[tuple[Any, str, Config] | None] = []
+
+    def propose(self, busy: tuple[str, str] | None = None) -> tuple[Any, str, Config] | None:
+        while self.asks < self.limit:
+            self.asks += 1
+            if self.dupes >= DUPES_BEFORE_ENUM:
+                pick = unmeasured(self.p, self.pool, self.rng, busy)
+                if pick is None:
+                    return None
+                self.study.enqueue_trial(params(*pick), skip_if_exists=False)
+            trial = self.study.ask()
+            lane, cfg = _suggest(trial, self.p)
+            key = (lane, cfg.key)
+            known = self.p.measured.get(key)
+            if key == busy:
+                self.waiting.append(trial)
+            elif known is not None:
+                self._tell(trial, known)
+            elif self.refuse is not None and self.p.spaces[lane].violation(cfg) is not None:
+                self._record(trial, self.refuse(lane, cfg))
+            else:
+                self.dupes = 0
+                return trial, lane, cfg
+            self.dupes += 1
+        return None
+
+    def ask_ahead(self, busy: tuple[str, str]) -> None:
+        """While `busy` is in the worker (its result not recorded yet): ask for the one after
+        it, if one more will be needed; `next` hands it over."""
+        if self.p.needed > 1:
+            self._ahead = [self.propose(busy)]
+
+    def next(self) -> tuple[Any, str, Config] | None:
+        """The proposal asked ahead, else one asked now (the last one went to no worker, or
+        it was not yet clear one more was needed); None when done."""
+        ahead, self._ahead = self._ahead, []
+        if ahead:
+            return ahead[0]
+        return self.propose() if self.p.needed > 0 else None
+
+    def _tell(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
+        value, attrs = objective(r, self.budget)
+        trial.set_user_attr(ATTR, attrs)
+        self.study.tell(trial, value)
+        return value, attrs
+
+    def _record(self, trial: Any, r: Result) -> None:
+        value, attrs = self._tell(trial, r)
+        if self.mirror is not None:
+            self.mirror(trial, value, attrs)
+
+    def told(self, trial: Any, r: Result) -> None:
+        """The measured result of a proposal (and of any repeat asked while it was in flight)."""
+        if r.status is Status.INVALID:  # refused configs teach the sampler little
+            self.dupes += 1
+        self._record(trial, r)
+        for t in self.waiting:
+            self._tell(t, r)
+        self.waiting.clear()

@@ -1,0 +1,174 @@
+"""A region's two Optuna studies: the sampler's, in memory, and the one in the database.
+
+Our `candidates` table is the source of truth; both studies are rebuilt from it. The sampler
+asks and is told on the in-memory study (asking on the database study costs ~10 commits per
+trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
+recorded candidate: opened (~0.1-0.3 s: Optuna's import and schema checks) and written
+(~2 ms a trial, `TrialWriter`) by `flush`, which the search hands to `Worker.check` as its
+`meanwhile`, so both overlap the next candidate's build and check and never its timing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import inspect, text
+
+from ._plan import Plan
+from ._records import Result
+from ._samplers import ATTR, make_sampler
+from ._store import engine_for
+from ._study_rows import TrialWriter
+from ._values import Config
+
+__all__ = ["Studies", "objective", "open_study", "params"]
+
+
+def params(lane: str, config: Config) -> dict[str, Any]:
+    return {"lane": lane, **{f"{lane}.{k}": v for k, v in config.items}}
+
+
+def objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
+    """The trial value (median ms, inf when untimed) and user attrs, constraint included."""
+    err = r.rel_error if r.rel_error is not None and math.isfinite(r.rel_error) else None
+    attrs = {"candidate": r.candidate_id, "status": r.status.value, "rel_error": err,
+             "constraint": (err - budget) if err is not None else 1.0}
+    value = r.median * 1e3 if r.median is not None else math.inf
+    return value, attrs
+
+
+def finished_trial(params: dict[str, Any], distributions: dict[str, Any], value: float,
+                   attrs: dict[str, Any]) -> Any:
+    """A finished trial in the one format both studies store (constraint for the samplers)."""
+    import optuna
+
+    return optuna.trial.create_trial(
+        params=params, distributions=distributions, value=value, user_attrs={ATTR: attrs},
+        system_attrs={"constraints": (attrs["constraint"],)})
+
+
+def _distributions(p: Plan, lane: str) -> dict[str, Any]:
+    from optuna.distributions import CategoricalDistribution
+
+    d = {"lane": CategoricalDistribution(sorted(p.lanes))}
+    for t in p.spaces[lane].tunables:
+        d[f"{lane}.{t.name}"] = CategoricalDistribution(t.choices)
+    return d
+
+
+def _expressible(p: Plan, r: Result) -> bool:
+    """Can the space's distributions express this recorded config? (A rule breaker can: it is
+    told as infeasible, as when the sampler asked it.)"""
+    choices = {t.name: t.choices for t in p.spaces[r.lane].tunables}
+    values = dict(r.config.items)
+    return values.keys() == choices.keys() and all(v in choices[k] for k, v in values.items())
+
+
+def _recorded_trial(p: Plan, r: Result, budget: float) -> Any:
+    """A recorded result as a finished trial (None: not expressible in this study)."""
+    if not _expressible(p, r):
+        return None
+    value, attrs = objective(r, budget)
+    return finished_trial(params(r.lane, r.config), _distributions(p, r.lane), value, attrs)
+
+
+def open_study(url: str, name: str) -> TrialWriter:
+    """The study in the database (finished trials only), ready to be written to."""
+    import optuna
+    from optuna.samplers import RandomSampler
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(
+        url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+    if url.startswith("sqlite"):
+        # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
+        # commit; a killed process still loses nothing committed)
+        from sqlalchemy import event
+
+        from ._store.session import _sqlite_pragmas
+
+        event.listen(storage.engine, "connect", _sqlite_pragmas)
+        storage.engine.dispose()
+    # nothing is sampled on this study; the sampler lives on the in-memory one
+    study = optuna.create_study(study_name=name, storage=storage, sampler=RandomSampler(),
+                                direction="minimize", load_if_exists=True)
+    # a RUNNING trial left by a killed sweep of an older arbiter (which asked on this study)
+    # never finishes; its result (if it got that far) is in our records and is told again
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    return TrialWriter(study, storage, storage.get_study_id_from_name(name))
+
+
+class Studies:
+    """Both studies of one region's sweep, opened when first needed."""
+
+    def __init__(self, url: str, name: str, p: Plan, budget: float,
+                 sampler: tuple[str, int | None] | None) -> None:
+        self.url, self.name, self.p, self.budget, self.sampler = url, name, p, budget, sampler
+        self.db: TrialWriter | None = None
+        self._memory: Any = None
+        self.pending: list[Any] = []  # for the database study, once it is open
+
+    def memory(self) -> Any:
+        """The sampler's study, told every recorded candidate (in memory: milliseconds)."""
+        if self._memory is None:
+            import optuna
+
+            assert self.sampler is not None
+            study = optuna.create_study(sampler=make_sampler(*self.sampler),
+                                        direction="minimize")
+            for r in list(self.p.measured.values()):
+                t = _recorded_trial(self.p, r, self.budget)
+                if t is not None:
+                    study.add_trial(t)
+            self._memory = study
+        return self._memory
+
+    def recorded(self, r: Result) -> None:
+        """A result measured without the sampler asking (defaults, enumeration)."""
+        t = _recorded_trial(self.p, r, self.budget)
+        if t is not None:
+            if self._memory is not None:
+                self._memory.add_trial(t)
+            if self.db is not None:  # else `flush` reads it from the plan when it opens
+                self.pending.append(t)
+
+    def asked(self, trial: Any, value: float, attrs: dict[str, Any]) -> None:
+        """A trial the sampler asked for and was told: for the database study."""
+        if self.db is not None:
+            self.pending.append(finished_trial(trial.params, trial.distributions, value,
+                                               attrs))
+
+    def flush(self) -> None:
+        """Open the database study (adding every recorded candidate it lacks), then write
+        what is pending. Nothing before the first record: nothing to write yet."""
+        if self.db is None:
+            if not self.p.measured:
+                return
+            from optuna.trial import TrialState
+
+            self.db = open_study(self.url, self.name)
+            known = {t.user_attrs.get(ATTR, {}).get("candidate") for t in
+                     self.db.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+            self.pending = [t for r in list(self.p.measured.values())
+                            if r.candidate_id not in known
+                            and (t := _recorded_trial(self.p, r, self.budget)) is not None]
+        while self.pending:
+            self.db.add(self.pending[0])
+            self.pending.pop(0)
+
+    def behind(self) -> bool:
+        """Does the database study hold fewer trials than there are recorded candidates (a
+        sweep killed after its last record, before its writes)? One count, no Optuna import."""
+        if not any(_expressible(self.p, r) for r in self.p.measured.values()):
+            return False
+        with engine_for(self.url).connect() as conn:
+            if not inspect(conn).has_table("studies"):
+                return True
+            n = conn.execute(text(
+                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = :name AND t.state = 'COMPLETE'"), {"name": self.name}
+            ).scalar_one()
+        return n < sum(1 for r in self.p.measured.values() if _expressible(self.p, r))
