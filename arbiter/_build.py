@@ -41,8 +41,9 @@ def run_tool(
 
 @cache
 def version_text(compiler: str) -> tuple[str, int, str] | None:
-    """(resolved path, exit code, output) of `compiler --version`, once per process; None
-    when it is not installed. The build keys and the fingerprint both read it."""
+    """(resolved path, exit code, output) of `compiler --version`, asked once per process
+    (twice at most, if two threads race to it); None when it is not installed. The build keys
+    and the fingerprint both read it."""
     path = shutil.which(compiler)
     if path is None:
         return None

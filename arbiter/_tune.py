@@ -90,6 +90,9 @@ def tune(
     if timeout <= 0:
         raise ArbiterError(f"--timeout must be positive, got {timeout}")
     check_sampler(sampler)
+    for name in lanes or ():
+        if name.strip():
+            get_lane(name.strip())  # an unknown lane is one error line, before any start-up
     url = db or settings().db
     with Worker(timeout) as worker:
         # started first so its imports overlap our own start-up; one never asked anything

@@ -77,4 +77,6 @@ def probe(cc: str) -> tuple[bool, str]:
         cached_build(key, ".so", compile_to)
     except BuildError as e:
         return False, f"{cc} cannot build OpenMP shared objects: {e.log.strip()[:200]}"
+    except OSError as e:  # no kernel could be cached either
+        return False, f"build cache {settings().cache_dir} not writable: {e}"
     return True, ident.split("|", 1)[1]
