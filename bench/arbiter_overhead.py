@@ -23,9 +23,9 @@
 2. `arbiter tune` of a spec, then the same command again: wall of each, files added to the
    build cache by the second (compiles).
 3. Samplers replayed on (1)'s recorded latencies (a lookup table; nothing re-timed) through
-   the search's own `Asker`, one trial ahead as in `tune`: measured trials (refused configs
-   excluded, as in the trial budget) until one within 3% of the best recorded latency is
-   found, median over 20 seeds.
+   the search's own `Asker`, asking one trial ahead as `tune` does and, for comparison, in
+   step: measured trials (refused configs excluded, as in the trial budget) until one within
+   3% of the best recorded latency is found, median and 90th percentile over 20 seeds.
 """
 
 from __future__ import annotations
@@ -157,13 +157,10 @@ def replay(url: str) -> dict:
     import optuna
 
     from arbiter import load_spec
-    from arbiter._asker import Asker, pool
-    from arbiter._plan import Plan
-    from arbiter._records import Records, Result
+    from arbiter._records import Records
     from arbiter._registry import get_lane
     from arbiter._samplers import SAMPLERS, make_sampler
     from arbiter._store import RegionModel, session_scope
-    from arbiter._values import Status
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore")
@@ -176,41 +173,54 @@ def replay(url: str) -> dict:
     best = min(r.median for r in table.values() if r.fits(budget))
     good = {k for k, r in table.items() if r.fits(budget) and r.median <= 1.03 * best}
     lanes = {n: get_lane(n) for n in ("numpy", "x86_c")}
-    out = {"space": len(table), "within_3pct": len(good), "samplers": {}}
+    out: dict = {"space": len(table), "within_3pct": len(good), "samplers": {},
+                 "samplers_in_step": {}}
     for name in SAMPLERS:
-        needed = []
-        for seed in range(SEEDS):
+        for ahead, key in ((True, "samplers"), (False, "samplers_in_step")):
             try:
-                sampler = make_sampler(name, seed)
+                needed = [_trials_to_good(make_sampler(name, seed), seed, ahead, lanes, region,
+                                          table, good, budget) for seed in range(SEEDS)]
             except Exception as e:
-                out["samplers"][name] = f"unavailable: {e}"
-                break
-            p = Plan(lanes, {n: ln.space(region) for n, ln in lanes.items()}, len(table),
-                     len(table))
-            study = optuna.create_study(sampler=sampler, direction="minimize")
-            rng = random.Random(seed)
-            # the search's own proposer, one trial ahead as in `tune`: the next candidate is
-            # asked before the one "in flight" is told its (recorded) result
-            asker = Asker(study, p, pool(p, rng), rng, budget)
-            nxt, found = asker.propose(), None
-            while nxt is not None and found is None:
-                trial, lane, cfg = nxt
-                k = (lane, cfg.key)
-                ahead = asker.propose(k) if len(p.measured) + 1 < len(table) else None
-                # not listed: a rule breaker, recorded as invalid in a real sweep
-                r = table.get(k) or Result(-1, lane, cfg, Status.INVALID, None, None, None,
-                                           None, budget)
-                p.measured[k] = r
-                if k in good:
-                    found = sum(1 for x in p.measured.values() if x.status is not Status.INVALID)
-                asker.told(trial, r)
-                nxt = ahead
-            needed.append(found or len(table))
-        else:
-            out["samplers"][name] = {"median": statistics.median(needed),
-                                     "p90": sorted(needed)[int(0.9 * len(needed)) - 1],
-                                     "runs": needed}
+                out[key][name] = f"unavailable: {e}"
+                continue
+            out[key][name] = {"median": statistics.median(needed),
+                              "p90": statistics.quantiles(needed, n=10,
+                                                          method="inclusive")[-1],
+                              "runs": needed}
     return out
+
+
+def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table: dict,
+                    good: set, budget: float) -> int:
+    """Measured trials (refused configs excluded, as in the trial budget) until a config
+    within 3% of the best: the search's own Asker, asking one trial ahead as `tune` does
+    (`ahead`) or in step (ask, measure, tell, ask: the loop before this round)."""
+    import optuna
+
+    from arbiter._asker import Asker, pool
+    from arbiter._plan import Plan
+    from arbiter._records import Result
+    from arbiter._values import Status
+
+    p = Plan(lanes, {n: ln.space(region) for n, ln in lanes.items()}, len(table), len(table))
+    study = optuna.create_study(sampler=sampler, direction="minimize")
+    rng = random.Random(seed)
+    asker = Asker(study, p, pool(p, rng), rng, budget)
+    nxt = asker.next()
+    while nxt is not None:
+        trial, lane, cfg = nxt
+        k = (lane, cfg.key)
+        if ahead:  # asked while this one is "in the worker"
+            asker.ask_ahead(k)
+        # not listed: a rule breaker, recorded as invalid in a real sweep
+        p.measured[k] = table.get(k) or Result(-1, lane, cfg, Status.INVALID, None, None,
+                                               None, None, budget)
+        asker.told(trial, p.measured[k])
+        if k in good:
+            return len(p.measured) - sum(1 for r in p.measured.values()
+                                         if r.status is Status.INVALID)
+        nxt = asker.next()
+    return len(table)
 
 
 def main() -> None:
@@ -235,9 +245,10 @@ def main() -> None:
         print(json.dumps(result["sampled_cached"], indent=1), flush=True)
         if not args.only_overhead:
             result["replay"] = replay(result["exhaustive"]["url"])
-            print(json.dumps({k: v if k != "samplers" else {s: (x if isinstance(x, str) else
-                              {"median": x["median"], "p90": x["p90"]}) for s, x in v.items()}
-                              for k, v in result["replay"].items()}, indent=1), flush=True)
+            print(json.dumps({k: v if not k.startswith("samplers") else {
+                s: (x if isinstance(x, str) else {"median": x["median"], "p90": x["p90"]})
+                for s, x in v.items()} for k, v in result["replay"].items()}, indent=1),
+                flush=True)
             result["rerun"] = rerun(tmp, args.rerun_trials)
             print(json.dumps(result["rerun"], indent=1), flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1, default=str))
