@@ -25,7 +25,8 @@
 3. Samplers replayed on (1)'s recorded latencies (a lookup table; nothing re-timed) through
    the search's own `Asker`, asking one trial ahead as `tune` does and, for comparison, in
    step: measured trials (refused configs excluded, as in the trial budget) until one within
-   3% of the best recorded latency is found, median and 90th percentile over 20 seeds.
+   3% of the best recorded latency is found, median and 90th percentile over 20 seeds
+   (`--seeds`).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def rerun(tmp: Path, trials: int) -> dict:
             "first_compiles": compiles[0], "second_compiles": compiles[1]}
 
 
-def replay(url: str) -> dict:
+def replay(url: str, seeds: int = SEEDS) -> dict:
     import optuna
 
     from arbiter import load_spec
@@ -179,7 +180,7 @@ def replay(url: str) -> dict:
         for ahead, key in ((True, "samplers"), (False, "samplers_in_step")):
             try:
                 needed = [_trials_to_good(make_sampler(name, seed), seed, ahead, lanes, region,
-                                          table, good, budget) for seed in range(SEEDS)]
+                                          table, good, budget) for seed in range(seeds)]
             except Exception as e:
                 out[key][name] = f"unavailable: {e}"
                 continue
@@ -227,6 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "arbiter_overhead.json"))
     ap.add_argument("--rerun-trials", type=int, default=6)
+    ap.add_argument("--seeds", type=int, default=SEEDS, help="sampler replay seeds")
     ap.add_argument("--only-overhead", action="store_true",
                     help="the exhaustive sweep only (no sampler replay, no re-run)")
     args = ap.parse_args()
@@ -244,7 +246,7 @@ def main() -> None:
         result["sampled_cached"] = exhaustive(tmp, SAMPLED_TRIALS, "sampled-cached.db")
         print(json.dumps(result["sampled_cached"], indent=1), flush=True)
         if not args.only_overhead:
-            result["replay"] = replay(result["exhaustive"]["url"])
+            result["replay"] = replay(result["exhaustive"]["url"], args.seeds)
             print(json.dumps({k: v if not k.startswith("samplers") else {
                 s: (x if isinstance(x, str) else {"median": x["median"], "p90": x["p90"]})
                 for s, x in v.items()} for k, v in result["replay"].items()}, indent=1),
