@@ -8,9 +8,10 @@ sampler from proposing it again), so the sampler's time stays off the path betwe
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ._plan import Plan
 from ._records import Result
@@ -131,10 +132,30 @@ class Asker:
             self.mirror(trial, value, attrs)
 
     def told(self, trial: Any, r: Result) -> None:
-        """The measured result of a proposal (and of any repeat asked while it was in flight)."""
+        """The measured result of a proposal (and of any repeat asked while it was in flight).
+
+        The proposal asked ahead assumed this one was bad (the constant liar). Most results
+        are, and the sampler's split into good and bad trials, hence its proposal, is what it
+        would have been; a result among the best few changes that split, so the proposal asked
+        without it is dropped (told failed: samplers skip those) and the next one is asked
+        knowing it. Asking ahead then costs no trials to find a good config (BENCHMARKS.md).
+        """
         if r.status is Status.INVALID:  # refused configs teach the sampler little
             self.dupes += 1
         self._record(trial, r)
         for t in self.waiting:
             self._tell(t, r)
         self.waiting.clear()
+        if self._ahead and self._ahead[0] is not None and self._among_best(r):
+            from optuna.trial import TrialState
+
+            self.study.tell(self._ahead[0][0], state=TrialState.FAIL)
+            self._ahead = []
+
+    def _among_best(self, r: Result) -> bool:
+        """In TPE's "good" group: the best tenth of the timed results within budget."""
+        if not r.fits(self.budget):
+            return False
+        fit = sorted(cast(float, x.median) for x in self.p.measured.values()
+                     if x.fits(self.budget))
+        return cast(float, r.median) <= fit[max(1, math.ceil(0.1 * len(fit))) - 1]

@@ -197,27 +197,30 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
 
     asker = Asker(study, p, pool(p, rng), rng, 1e-3, refuse=refuse,
                   mirror=lambda t, value, attrs: mirrored.append(t.number))
-    nxt, order = asker.propose(), []
+    nxt, order = asker.next(), []
     while nxt is not None:
         trial, name, cfg = nxt
         key = (name, cfg.key)
         assert space.violation(cfg) is None  # rule breakers never reach the worker
-        # the next one is asked while this one is "in the worker"
-        ahead = asker.propose(key) if len(order) < 17 else None
-        assert ahead is None or (ahead[1], ahead[2].key) not in {key, *p.measured}
-        r = Result(len(order), name, cfg, Status.OK, 1e-7, 1e-7,
-                   lane.latency(cfg), 1e-6, 1e-3)
+        assert key not in p.measured  # nor anything measured, nor the one asked before
+        asker.ask_ahead(key)  # the next one, asked while this one is "in the worker"
+        r = Result(len(order), name, cfg, Status.OK, 1e-7, 1e-7, lane.latency(cfg), 1e-6,
+                   1e-3)
         p.measured[key] = r
         asker.told(trial, r)
         order.append(key)
-        nxt = ahead
+        nxt = asker.next()
     # every rule-abiding config, each once; each rule breaker the sampler named recorded once
     assert len(order) == len(set(order)) == 18
     assert refused and len(set(refused)) == len(refused) <= 24 - 18
-    # repeats (of measured or in-flight candidates) were told, never left running; each new
-    # result (measured or refused) went to the database study once
-    assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}
+    # each new result (measured or refused) went to the database study once; repeats were
+    # told, never left running; a proposal asked ahead of a result among the best was
+    # dropped (failed, never measured, never mirrored) and asked again knowing it
     assert len(mirrored) == len(set(mirrored)) == 18 + len(refused)
+    states = [t.state for t in study.trials]
+    assert set(states) == {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}
+    dropped = {t.number for t in study.trials if t.state is optuna.trial.TrialState.FAIL}
+    assert dropped and not dropped & set(mirrored)
 
 
 def test_database_study_behind_the_records_catches_up_on_the_next_run(env):
