@@ -90,28 +90,26 @@ def tune(
     if timeout <= 0:
         raise ArbiterError(f"--timeout must be positive, got {timeout}")
     check_sampler(sampler)
-    for name in lanes or ():
-        if name.strip():
-            get_lane(name.strip())  # an unknown lane is one error line, before any start-up
+    # the user's input (lanes, spec, region names) is checked before anything starts
+    chosen = usable_lanes(lanes)
+    todo = _regions(spec, regions)
     url = db or settings().db
     with Worker(timeout) as worker:
         # started first so its imports overlap our own start-up; one never asked anything
         # (a finished sweep run again) is killed on the way out, not waited for
         worker.start()
-        return _sweep(spec, regions, url, lanes, trials, worker, budget=budget, sampler=sampler,
+        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
                       seed=seed, warmup=warmup, repeats=repeats, progress=progress,
                       refinal=refinal, on_trial=on_trial)
 
 
-def _sweep(spec: Any, regions: Sequence[str] | None, url: str, lanes: Sequence[str] | None,
-           trials: int, worker: Worker, *, budget: float | None, sampler: str,
-           seed: int | None, warmup: int, repeats: int, progress: bool, refinal: bool,
+def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker: Worker, *,
+           budget: float | None, sampler: str, seed: int | None, warmup: int, repeats: int,
+           progress: bool, refinal: bool,
            on_trial: Callable[[str, str, Result], None] | None) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(1) as pool:
-        # the fingerprint waits on compiler version queries; the lanes' checks meanwhile
+        # the fingerprint waits on compiler version queries; the records open meanwhile
         fp_query = pool.submit(fingerprint)
-        chosen = usable_lanes(lanes)
-        todo = _regions(spec, regions)
         records = Records(url)
         fp = fp_query.result()
     plans = []
