@@ -10,6 +10,7 @@ fresh child, so one bad candidate costs one trial, never the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +49,16 @@ class Outcome:
 # ---------------------------------------------------------------------------------- child side
 
 
+@contextlib.contextmanager
+def _counted(clock: dict[str, float], key: str) -> Iterator[None]:
+    """Add the wall time of the block to `clock[key]`."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        clock[key] += time.perf_counter() - t0
+
+
 class _Timed:
     """A lane whose `build` and whose runners' `time` add their wall time to counters."""
 
@@ -58,11 +69,8 @@ class _Timed:
         return getattr(self._lane, name)
 
     def build(self, source: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
+        with _counted(self._clock, "build"):
             return self._lane.build(source)
-        finally:
-            self._clock["build"] += time.perf_counter() - t0
 
     def runner(self, artifact: Any, region: Any) -> Any:
         return _TimedRunner(self._lane.runner(artifact, region), self._clock)
@@ -76,18 +84,12 @@ class _TimedRunner:
         return getattr(self._runner, name)
 
     def time(self, input_sets: Any, *, warmup: int, repeats: int) -> list[float]:
-        t0 = time.perf_counter()
-        try:
+        with _counted(self._clock, "timing"):
             return self._runner.time(input_sets, warmup=warmup, repeats=repeats)
-        finally:
-            self._clock["timing"] += time.perf_counter() - t0
 
     def run(self, inputs: Any, out: Any) -> None:
-        t0 = time.perf_counter()
-        try:
+        with _counted(self._clock, "verify"):
             self._runner.run(inputs, out)
-        finally:
-            self._clock["verify"] += time.perf_counter() - t0
 
 
 def _check(req: dict[str, Any]) -> Outcome:
@@ -100,9 +102,8 @@ def _check(req: dict[str, Any]) -> Outcome:
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
 
     def gate() -> None:
-        g0 = time.perf_counter()
-        req["_gate"]()
-        clock["gate"] += time.perf_counter() - g0
+        with _counted(clock, "gate"):
+            req["_gate"]()
 
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
                         seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"],
