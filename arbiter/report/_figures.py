@@ -130,6 +130,12 @@ def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     return fig
 
 
+def _star(ax: Axes, x, y, size: float) -> None:
+    """The winner's mark, drawn over everything else in a panel."""
+    ax.scatter(x, y, s=size, marker="*", color=WINNER, edgecolor="black", linewidth=0.6,
+               zorder=5)
+
+
 def _log_ms_axis(ax: Axes, values: pd.Series) -> None:
     """Log latency axis with plain 1-2-5 labels, at least a factor 4 tall so ticks show."""
     v = values.dropna()
@@ -188,16 +194,7 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.axvline(row["budget"], color=BUDGET, ls="--", lw=1.5)
         win = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
         if not win.empty:
-            ax.scatter(
-                win["rel_error"],
-                win["latency_ms"],
-                s=220,
-                marker="*",
-                color=WINNER,
-                edgecolor="black",
-                linewidth=0.6,
-                zorder=5,
-            )
+            _star(ax, win["rel_error"], win["latency_ms"], 220)
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_ms_axis(ax, r["latency_ms"])
@@ -240,16 +237,7 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         if best.notna().any():
             final = best.dropna().iloc[-1]
             first = int(r["trial"][best == final].iloc[0])
-            ax.scatter(
-                [first],
-                [final],
-                s=160,
-                marker="*",
-                color=WINNER,
-                edgecolor="black",
-                linewidth=0.6,
-                zorder=5,
-            )
+            _star(ax, [first], [final], 160)
             ax.text(
                 0.97,
                 0.93,
