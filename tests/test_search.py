@@ -173,6 +173,25 @@ def test_database_study_holds_each_measured_candidate_once(env):
     assert sorted(ids) == _candidates(env)
 
 
+def test_a_database_deleted_between_sweeps_gets_the_next_sweeps_records(env):
+    # a notebook: tune, delete the file, tune again in the same process; pooled connections
+    # to the deleted file would take every record of the second sweep with it
+    import os
+
+    path = env.removeprefix("sqlite:///")
+    arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=4)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    [row] = arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=5)
+    assert os.path.exists(path)
+    measured = _rows(env, "select count(*) from measurements where kind = 'sweep' "
+                          "and status != 'invalid'")
+    assert measured == [(9,)] and row["lane"] == "fake_tiny"  # the trial budget, all there
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
+    assert sorted(ids) == _candidates(env)
+
+
 def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
     import optuna
 

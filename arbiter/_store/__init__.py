@@ -13,7 +13,14 @@ from .models import (
     RegionModel,
     WinnerModel,
 )
-from .session import engine_for, require_current, revision_of, session_scope, upgrade
+from .session import (
+    connection_scope,
+    engine_for,
+    require_current,
+    revision_of,
+    session_scope,
+    upgrade,
+)
 
 __all__ = [
     "SCHEMA_REVISION",
@@ -24,6 +31,7 @@ __all__ = [
     "MeasurementModel",
     "RegionModel",
     "WinnerModel",
+    "connection_scope",
     "engine_for",
     "require_current",
     "revision_of",

@@ -7,11 +7,13 @@ for many workers) is used as given. Alembic is imported only by `upgrade`.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -24,15 +26,17 @@ from sqlalchemy import (
     inspect,
     text,
 )
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from .._errors import StoreError
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
-__all__ = ["create_current", "engine_for", "require_current", "revision_of", "session_scope",
-           "upgrade"]
+__all__ = ["connection_scope", "create_current", "engine_for", "per_file", "require_current",
+           "revision_of", "session_scope", "upgrade"]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 RACE_WAITS = 100  # x 50 ms: how long a creation that lost a race waits for the winner's
@@ -56,8 +60,49 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-@lru_cache(maxsize=8)
-def engine_for(url: str) -> Engine:
+_ENGINES: dict[str, tuple[tuple[int, int] | None, Any]] = {}
+
+
+@lru_cache(maxsize=64)
+def sqlite_path(url: str) -> str | None:
+    """The file behind a SQLite URL (None: another database, or SQLite in memory)."""
+    try:
+        u = make_url(url)
+    except (ValueError, ArgumentError):
+        return None
+    return u.database if u.get_backend_name() == "sqlite" and u.database not in (
+        None, "", ":memory:") else None
+
+
+def file_identity(url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite URL's file; None when it has none (yet)."""
+    path = sqlite_path(url)
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_dev, st.st_ino)
+
+
+def per_file(cache: dict[str, tuple[tuple[int, int] | None, T]], url: str,
+             make: Callable[[], T], close: Callable[[T], None]) -> T:
+    """One `make()` per URL and process, made again when a SQLite file was deleted or
+    replaced since: pooled connections to a deleted file would go on writing into it, and
+    every record written there would be lost."""
+    ident = file_identity(url)
+    known = cache.get(url)
+    if known is not None:
+        was, obj = known
+        if was == ident or was is None:  # the same file, or the one its first connect made
+            cache[url] = (ident, obj)
+            return obj
+        close(obj)
+    obj = make()
+    cache[url] = (ident, obj)
+    return obj
+
+
+def _new_engine(url: str) -> Engine:
     try:
         engine = create_engine(url, future=True)
     except (SQLAlchemyError, ValueError, ImportError) as e:
@@ -67,15 +112,14 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
-@lru_cache(maxsize=8)
-def _sessions(url: str) -> sessionmaker[Session]:
-    return sessionmaker(engine_for(url), expire_on_commit=False)
+def engine_for(url: str) -> Engine:
+    return per_file(_ENGINES, url, lambda: _new_engine(url), lambda e: e.dispose())
 
 
 @contextlib.contextmanager
 def session_scope(url: str) -> Iterator[Session]:
     """A session committed on success, rolled back on error; DB errors become StoreError."""
-    session = _sessions(url)()
+    session = Session(engine_for(url), expire_on_commit=False)
     try:
         yield session
         session.commit()
@@ -87,6 +131,17 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@contextlib.contextmanager
+def connection_scope(url: str) -> Iterator[Connection]:
+    """`session_scope` without the ORM, for the writes on the path between trials (a session's
+    unit of work costs more than the two or three statements it sends)."""
+    try:
+        with engine_for(url).begin() as conn:
+            yield conn
+    except SQLAlchemyError as e:
+        raise StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}") from e
 
 
 def revision_of(url: str) -> str | None:
