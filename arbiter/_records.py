@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import bindparam, insert, select
+
 from ._store import (
     CandidateModel,
     EnvironmentModel,
@@ -19,6 +21,7 @@ from ._store import (
     MeasurementModel,
     RegionModel,
     WinnerModel,
+    connection_scope,
     require_current,
     session_scope,
 )
@@ -90,6 +93,12 @@ def choose(results: list[Result], budget: float) -> Choice | None:
     return Choice(winner, runner_up, True, runner_up.median - winner.median)  # type: ignore[operator]
 
 
+# built once: a statement built per call costs more than running it
+_FIND_CANDIDATE = select(CandidateModel.id).where(
+    *(getattr(CandidateModel, k) == bindparam(k)
+      for k in ("region_id", "environment_id", "lane_id", "config_key")))
+
+
 def _result(c: CandidateModel, m: MeasurementModel) -> Result:
     return Result(c.id, c.lane.name, Config.of(c.config_dict()), Status(m.status), m.rel_error,
                   m.max_abs, m.median, m.spread, m.budget, m.timing_method, m.log)
@@ -125,29 +134,30 @@ class Records:
     def record(self, region_id: int, environment_id: int, lane_id: int, config: Config,
                m: Measurement, budget: float, kind: str = SWEEP) -> Result:
         """Add the candidate (if new) and its measurement in one transaction; committed on
-        return. The Result is built from what was written, without reading it back."""
-        row = MeasurementModel(
-            kind=kind, status=m.status.value, budget=budget, rel_error=_finite(m.rel_error),
-            max_abs=_finite(m.max_abs), median=m.median, spread=m.spread,
-            samples=json.dumps(list(m.samples)), timing_method=m.timing_method,
-            compile_seconds=m.compile_seconds, log=m.log)
-        with session_scope(self.url) as s:
-            candidate_id = CandidateModel.find_id(s, region_id, environment_id, lane_id,
-                                                  config.key)
+        return. The Result is built from what was written, without reading it back. Core
+        statements, not a session: this is on the path between trials."""
+        rel_error, max_abs = _finite(m.rel_error), _finite(m.max_abs)
+        row = {"kind": kind, "status": m.status.value, "budget": budget,
+               "rel_error": rel_error, "max_abs": max_abs,
+               "median": m.median, "spread": m.spread, "samples": json.dumps(list(m.samples)),
+               "timing_method": m.timing_method, "compile_seconds": m.compile_seconds,
+               "log": m.log}
+        ident = {"region_id": region_id, "environment_id": environment_id, "lane_id": lane_id,
+                 "config_key": config.key}
+        with connection_scope(self.url) as conn:
+            candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
             if candidate_id is None:
-                c = CandidateModel(region_id=region_id, environment_id=environment_id,
-                                   lane_id=lane_id, config_key=config.key,
-                                   config=config.to_json())
-                s.add(c)
-                s.flush()
-                candidate_id = c.id
-            row.candidate_id = candidate_id
-            s.add(row)
+                key = conn.execute(insert(CandidateModel), {
+                    **ident, "config": config.to_json()}).inserted_primary_key
+                assert key is not None
+                candidate_id = key[0]
+            conn.execute(insert(MeasurementModel), {**row, "candidate_id": candidate_id})
             lane = self._lane_names.get(lane_id)
             if lane is None:
-                lane = self._lane_names[lane_id] = s.get(LaneModel, lane_id).name  # type: ignore[union-attr]
-        return Result(candidate_id, lane, config, m.status, row.rel_error, row.max_abs,
-                      row.median, row.spread, budget, row.timing_method, row.log)
+                lane = self._lane_names[lane_id] = conn.execute(
+                    select(LaneModel.name).where(LaneModel.id == lane_id)).scalar_one()
+        return Result(candidate_id, lane, config, m.status, rel_error, max_abs,
+                      m.median, m.spread, budget, m.timing_method, m.log)
 
     def save_winner(self, region_id: int, environment_id: int, budget: float,
                     choice: Choice) -> None:

@@ -6,21 +6,24 @@ distribution against earlier trials for every one of them: ~32 statements and ~7
 x86_c candidate on SQLite, 95% of it Python. The search writes one per measured candidate, and
 with a warm build cache that was more than the worker's check could hide.
 
-Here the same rows are built from Optuna's own models (so the installed version's column
-types and datetime convention apply) and added in one flush per trial; as in Optuna, the
-study's row is locked first (several workers on PostgreSQL) and the trial number is counted
-inside the same transaction. The distributions need no check: a study's name carries a hash
-of its lanes' spaces, so they never change within it. Models that do not fit (another
-Optuna's) turn the fast path off for the rest of the run; a database error sends that one
-trial through `add_trial`, which raises if the database itself is failing. A test holds both
+Here the same rows go in through Optuna's own tables (so the installed version's column types
+and datetime convention apply) as Core statements, every pending trial in one transaction:
+the study's row locked first, as Optuna does (several workers on PostgreSQL), each trial's row
+inserted and then numbered by the trials before it, then its parameters, value and attributes,
+one statement per table for the whole batch. The distributions need no check: a study's name
+carries a hash of its lanes' spaces, so they never change within it. Tables that do not fit
+(another Optuna's) turn the fast path off for the rest of the run; a database error sends that
+batch through `add_trial`, which raises if the database itself is failing. A test holds both
 paths to the same trials read back through Optuna.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 __all__ = ["TrialWriter"]
@@ -30,50 +33,76 @@ class TrialWriter:
     def __init__(self, study: Any, storage: Any, study_id: int) -> None:
         self.study, self.storage, self.study_id = study, storage, study_id
         self.fast = True
+        self._tables: _Tables | None = None
 
-    def add(self, trial: Any) -> None:
+    def add(self, trials: Sequence[Any]) -> None:
+        """Write finished trials, in order; all of them or (raising) none on the fast path."""
+        if not trials:
+            return
         if self.fast:
             try:
-                self._insert(trial)
+                self._insert(trials)
                 return
             except (ImportError, AttributeError, TypeError, KeyError):
                 self.fast = False  # rolled back: nothing was written
             except SQLAlchemyError:
                 pass  # rolled back; a busy database may well take the slow path
-        self.study.add_trial(trial)
+        for t in trials:
+            self.study.add_trial(t)
 
-    def _insert(self, t: Any) -> None:
+    def _insert(self, trials: Sequence[Any]) -> None:
         from optuna.distributions import distribution_to_json
         from optuna.storages._rdb import models as m
 
-        session = self.storage.scoped_session()
-        try:
-            m.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
-            row = m.TrialModel(study_id=self.study_id, number=None, state=t.state,
-                               datetime_start=t.datetime_start,
-                               datetime_complete=t.datetime_complete)
-            session.add(row)
-            session.flush()
-            rows: list[Any] = [
-                m.TrialParamModel(trial_id=row.trial_id, param_name=name,
-                                  param_value=t.distributions[name].to_internal_repr(value),
-                                  distribution_json=distribution_to_json(t.distributions[name]))
-                for name, value in t.params.items()]
-            if t.value is not None:
-                value, kind = m.TrialValueModel.value_to_stored_repr(t.value)
-                rows.append(m.TrialValueModel(trial_id=row.trial_id, objective=0, value=value,
-                                              value_type=kind))
-            rows += [m.TrialUserAttributeModel(trial_id=row.trial_id, key=k,
-                                               value_json=json.dumps(v))
-                     for k, v in t.user_attrs.items()]
-            rows += [m.TrialSystemAttributeModel(trial_id=row.trial_id, key=k,
-                                                 value_json=json.dumps(v))
-                     for k, v in t.system_attrs.items()]
-            session.add_all(rows)
-            row.number = row.count_past_trials(session)
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+        if self._tables is None:
+            self._tables = _Tables(m)
+        tb = self._tables
+        sid = {"sid": self.study_id}
+        params: list[dict[str, Any]] = []
+        values: list[dict[str, Any]] = []
+        user: list[dict[str, Any]] = []
+        system: list[dict[str, Any]] = []
+        with self.storage.engine.begin() as conn:
+            if conn.execute(tb.lock, sid).first() is None:
+                raise KeyError(f"study {self.study_id} is gone")
+            for t in trials:
+                tid = conn.execute(tb.trial.insert(), {
+                    "number": None, "study_id": self.study_id, "state": t.state,
+                    "datetime_start": t.datetime_start,
+                    "datetime_complete": t.datetime_complete}).inserted_primary_key[0]
+                # Optuna's numbering: the study's trials inserted before this one
+                number = conn.execute(tb.count, {**sid, "tid": tid}).scalar_one()
+                conn.execute(tb.number, {"tid": tid, "n": number})
+                params += [{"trial_id": tid, "param_name": name,
+                            "param_value": t.distributions[name].to_internal_repr(value),
+                            "distribution_json": distribution_to_json(t.distributions[name])}
+                           for name, value in t.params.items()]
+                if t.value is not None:
+                    value, kind = m.TrialValueModel.value_to_stored_repr(t.value)
+                    values.append({"trial_id": tid, "objective": 0, "value": value,
+                                   "value_type": kind})
+                user += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                         for k, v in t.user_attrs.items()]
+                system += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                           for k, v in t.system_attrs.items()]
+            for table, rows in ((tb.params, params), (tb.values, values), (tb.user, user),
+                                (tb.system, system)):
+                if rows:
+                    conn.execute(table.insert(), rows)
+
+
+class _Tables:
+    """Optuna's tables and the statements on them, built once (building costs more than
+    running them)."""
+
+    def __init__(self, m: Any) -> None:
+        study, self.trial = m.StudyModel.__table__, m.TrialModel.__table__
+        self.params, self.values = m.TrialParamModel.__table__, m.TrialValueModel.__table__
+        self.user = m.TrialUserAttributeModel.__table__
+        self.system = m.TrialSystemAttributeModel.__table__
+        self.lock = select(study.c.study_id).where(
+            study.c.study_id == bindparam("sid")).with_for_update()
+        self.count = select(func.count(self.trial.c.trial_id)).where(
+            self.trial.c.study_id == bindparam("sid"), self.trial.c.trial_id < bindparam("tid"))
+        self.number = update(self.trial).where(
+            self.trial.c.trial_id == bindparam("tid")).values(number=bindparam("n"))

@@ -48,8 +48,10 @@ def _read(url: str, name: str) -> list:
 
 def test_fast_rows_read_back_as_optuna_writes_them(url):
     fast, slow = open_study(url, "fast"), open_study(url, "slow")
-    for t in _trials():
-        fast.add(t)
+    trials = _trials()
+    fast.add(trials[:1])
+    fast.add(trials[1:])  # one trial, then a batch
+    for t in trials:
         slow.study.add_trial(t)
     assert fast.fast  # the fast path was taken, not the fallback
     got, want = _read(url, "fast"), _read(url, "slow")
@@ -72,8 +74,7 @@ def test_unexpected_models_fall_back_to_add_trial(url, monkeypatch):
             raise TypeError("unexpected attribute format")
 
     monkeypatch.setattr(rows, "json", Refusing)
-    for t in _trials():
-        writer.add(t)
+    writer.add(_trials())
     assert not writer.fast
     got = _read(url, "fallback")
     # rolled back before falling back: each trial once, numbered 0..3
