@@ -138,9 +138,16 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     See `arbiter._tune.tune` for the keywords (db, trials, lanes, budget, timeout, seed,
     sampler, ...). Returns one row per region.
     """
-    from ._tune import tune as _tune
+    from ._worker import Worker
 
-    return _tune(spec, **kw)
+    # started before `_tune` imports SQLAlchemy and Optuna's samplers (~0.2 s): the worker's
+    # own start-up (numpy, the oracle) overlaps ours; one never asked anything (a bad
+    # argument, a finished sweep) is killed on the way out, not waited for
+    with Worker(kw.get("timeout", 60.0)) as worker:
+        worker.start()
+        from ._tune import tune as _tune
+
+        return _tune(spec, worker=worker, **kw)
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None) -> dict[str, Any]:

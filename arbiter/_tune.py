@@ -77,7 +77,7 @@ def tune(
     timeout: float = 60.0, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
     warmup: int = 3, repeats: int = 15, regions: Sequence[str] | None = None,
     progress: bool = False, refinal: bool = False,
-    on_trial: Callable[[str, str, Result], None] | None = None,
+    on_trial: Callable[[str, str, Result], None] | None = None, worker: Worker | None = None,
 ) -> list[dict[str, Any]]:
     """Search every region's lanes and configs, record everything, declare winners.
 
@@ -94,6 +94,11 @@ def tune(
     chosen = usable_lanes(lanes)
     todo = _regions(spec, regions)
     url = db or settings().db
+    if worker is not None:  # the caller's, started early (`arbiter.tune`); it closes it
+        worker.timeout = timeout
+        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
+                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
+                      refinal=refinal, on_trial=on_trial)
     with Worker(timeout) as worker:
         # started first so its imports overlap our own start-up; one never asked anything
         # (a finished sweep run again) is killed on the way out, not waited for

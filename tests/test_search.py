@@ -3,6 +3,7 @@ is measured twice, budgets change at query time, foreign winners are re-verified
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -173,11 +174,28 @@ def test_database_study_holds_each_measured_candidate_once(env):
     assert sorted(ids) == _candidates(env)
 
 
+def _children() -> set[str]:
+    import glob
+
+    files = glob.glob(f"/proc/{os.getpid()}/task/*/children")
+    if not files:
+        pytest.skip("no /proc/PID/task/TID/children on this kernel")
+    return {pid for f in files for pid in open(f).read().split()}
+
+
+@pytest.mark.parametrize("bad", [{"lanes": ["no_such_lane"]}, {"trials": 0},
+                                 {"timeout": -1}, {"sampler": "no_such_sampler"}])
+def test_a_refused_tune_leaves_no_worker_behind(env, bad):
+    # `arbiter.tune` starts its worker before checking anything (its start-up overlaps ours)
+    before = _children()
+    with pytest.raises(ArbiterError):
+        arbiter.tune(REGION, db=env, **bad)
+    assert _children() == before
+
+
 def test_a_database_deleted_between_sweeps_gets_the_next_sweeps_records(env):
     # a notebook: tune, delete the file, tune again in the same process; pooled connections
     # to the deleted file would take every record of the second sweep with it
-    import os
-
     path = env.removeprefix("sqlite:///")
     arbiter.tune(REGION, db=env, trials=9, lanes=["fake_tiny"], seed=4)
     for suffix in ("", "-wal", "-shm"):

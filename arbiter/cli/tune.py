@@ -30,8 +30,8 @@ def config_text(config: dict | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from .._api import tune
     from .._samplers import DEFAULT_SAMPLER
-    from .._tune import tune
 
     lanes = args.lanes.split(",") if args.lanes else None
     rows = tune(args.spec, db=args.db, trials=args.trials, lanes=lanes, budget=args.budget,
