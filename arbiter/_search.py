@@ -108,9 +108,9 @@ def tune_region(
 
                 asker.told(trial, measure(lane, cfg, meanwhile))
                 nxt = asker.next()
-        studies.flush()
+        studies.flush_all()
     elif studies.behind():
-        studies.flush()  # a sweep killed after its last record, before its writes
+        studies.flush_all()  # a sweep killed after its last record, before its writes
     if out.new or refinal or records.winner(region_id, env_id, budget) is None:
         out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
         if out.choice is not None:

@@ -4,14 +4,15 @@ Our `candidates` table is the source of truth; both studies are rebuilt from it.
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
 trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
 recorded candidate: opened (Optuna's storage once per file and process, ~0.1-0.3 s of imports
-and schema checks; the study itself in milliseconds) and written (~0.4 ms a trial,
-`TrialWriter`) by `flush`, which the search hands to `Worker.check` as its
+and schema checks; the study itself in milliseconds) and written (`TrialWriter`, a few
+trials per transaction) by `flush`, which the search hands to `Worker.check` as its
 `meanwhile`, so both overlap the next candidate's build and check and never its timing.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from sqlalchemy import inspect, text
@@ -24,7 +25,10 @@ from ._store.session import per_file
 from ._study_rows import TrialWriter
 from ._values import Config
 
-__all__ = ["Studies", "objective", "open_study", "params"]
+__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
+
+FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
+FLUSH_AFTER_S = 2.0  # ... or as soon as the oldest of them is this old
 
 
 def params(lane: str, config: Config) -> dict[str, Any]:
@@ -124,6 +128,7 @@ class Studies:
         self.db: TrialWriter | None = None
         self._memory: Any = None
         self.pending: list[Any] = []  # for the database study, once it is open
+        self._since = 0.0  # when the oldest pending trial was added
 
     def memory(self) -> Any:
         """The sampler's study, told every recorded candidate (in memory: milliseconds)."""
@@ -147,15 +152,24 @@ class Studies:
             if self._memory is not None:
                 self._memory.add_trial(t)
             if self.db is not None:  # else `flush` reads it from the plan when it opens
-                self.pending.append(t)
+                self._pend(t)
 
     def asked(self, trial: Any, value: float, attrs: dict[str, Any]) -> None:
         """A trial the sampler asked for and was told: for the database study."""
         if self.db is not None:
-            self.pending.append(finished_trial(trial.params, trial.distributions, value,
-                                               attrs))
+            self._pend(finished_trial(trial.params, trial.distributions, value, attrs))
 
     def flush(self) -> None:
+        """Write the pending trials once they are due: `FLUSH_EVERY` of them, or the oldest
+        `FLUSH_AFTER_S` old (one transaction for several costs less than one each; the
+        dashboard lags by at most that). The records are already committed; a sweep killed
+        before this write is caught up by the next run."""
+        if self.db is not None and len(self.pending) < FLUSH_EVERY and (
+                not self.pending or time.monotonic() - self._since < FLUSH_AFTER_S):
+            return
+        self.flush_all()
+
+    def flush_all(self) -> None:
         """Open the database study (adding every recorded candidate it lacks), then write
         what is pending. Nothing before the first record: nothing to write yet."""
         if self.db is None:
@@ -171,6 +185,11 @@ class Studies:
                             and (t := _recorded_trial(self.p, r, self.budget)) is not None]
         pending, self.pending = self.pending, []
         self.db.add(pending)
+
+    def _pend(self, t: Any) -> None:
+        if not self.pending:
+            self._since = time.monotonic()
+        self.pending.append(t)
 
     def behind(self) -> bool:
         """Does the database study hold fewer trials than there are recorded candidates (a

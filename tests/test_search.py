@@ -210,6 +210,26 @@ def test_a_database_deleted_between_sweeps_gets_the_next_sweeps_records(env):
     assert sorted(ids) == _candidates(env)
 
 
+def test_database_study_trails_the_records_by_at_most_one_batch(env):
+    # optuna-dashboard on a running sweep: its trials are written a few at a time, never
+    # more than FLUSH_EVERY (+ the one in flight) behind the committed records
+    from arbiter._studies import FLUSH_EVERY
+
+    lags = []
+
+    def seen(region, lane, result):
+        records = _rows(env, "select count(*) from candidates")[0][0]
+        studied = (_rows(env, "select count(*) from trials where state = 'COMPLETE'")[0][0]
+                   if _rows(env, "select name from sqlite_master where name = 'trials'") else 0)
+        lags.append(records - studied)
+
+    arbiter.tune(REGION, db=env, trials=16, lanes=["fake_tiny"], seed=6, on_trial=seen)
+    assert lags and max(lags) <= FLUSH_EVERY + 1
+    assert max(lags) > 1  # batched: not one transaction per trial
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
+    assert sorted(ids) == _candidates(env)  # all of them once the region is done
+
+
 def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
     import optuna
 
