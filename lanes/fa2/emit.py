@@ -16,7 +16,7 @@ from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Platform
 
-from .._gpu.abi import runner_table
+from .._gpu.abi import REBUILD, runner_table
 
 __all__ = ["HEAD_DIMS", "LANE", "STAGINGS", "emit", "smem_bytes"]
 
@@ -83,10 +83,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         f" * region:     {r.describe()} scale={r.scale!r}",
         f" * config:     {config}",
         f" * target:     {platform.value}; shared memory {smem} bytes per block",
-        " * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
-        "kernel.cu -o kernel.so",
-        " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
-        "kernel.hip -o kernel.so",
+        *REBUILD,
         " */",
     ]
     lines += [f"#define {k} {v}" for k, v in consts.items()]

@@ -31,7 +31,7 @@ from arbiter._inputs import input_shapes
 from arbiter._region import FusedRegion, Region, RowwiseRegion
 from arbiter._values import Config, KernelSource
 
-from .._gpu.abi import runner_tail
+from .._gpu.abi import REBUILD, runner_tail
 from .._scalar_body import (
     Loop,
     RowProgram,
@@ -91,11 +91,8 @@ def _header(region: Region, config: Config) -> str:
         f" * region key: {region.key}\n"
         f" * region:     {region.describe()}\n"
         f" * config:     {config}\n"
-        f" * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
-        f"kernel.hip -o kernel.so\n"
-        f" *             hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
-        f"kernel.hip -o kernel.so\n"
-        f" */\n#include \"arb_gpu.h\"\n\n"
+        + "".join(f"{line}\n" for line in REBUILD)
+        + " */\n#include \"arb_gpu.h\"\n\n"
     )
 
 

@@ -19,7 +19,7 @@ from arbiter._ops import Epilogue
 from arbiter._region import FusedRegion, Region
 from arbiter._values import Config, KernelSource, Platform
 
-from .._gpu.abi import runner_table
+from .._gpu.abi import REBUILD, runner_table
 from .._scalar_body import (
     Loop,
     Scalar,
@@ -136,10 +136,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         f" * config:     {config}",
         f" * emitted on: {platform.value} (the text is the same for rocm and cuda); "
         f"shared memory {smem} bytes per block",
-        " * rebuild:    nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC -I lanes/_gpu "
-        "kernel.cu -o kernel.so",
-        " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
-        "kernel.hip -o kernel.so",
+        *REBUILD,
         " */",
     ]
     if bf16:
