@@ -26,7 +26,13 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from ._samplers import ATTR
+
 __all__ = ["TrialWriter"]
+
+
+def _candidate(trial: Any) -> Any:
+    return trial.user_attrs.get(ATTR, {}).get("candidate")
 
 
 class TrialWriter:
@@ -47,8 +53,12 @@ class TrialWriter:
                 self.fast = False  # rolled back: nothing was written
             except SQLAlchemyError:
                 pass  # rolled back; a busy database may well take the slow path
+        # an error raised by a commit that landed (a connection lost in COMMIT) must not
+        # write the batch twice: the study's own view of which candidates it holds decides
+        held = {_candidate(t) for t in self.study.get_trials(deepcopy=False)}
         for t in trials:
-            self.study.add_trial(t)
+            if _candidate(t) is None or _candidate(t) not in held:
+                self.study.add_trial(t)
 
     def _insert(self, trials: Sequence[Any]) -> None:
         from optuna.distributions import distribution_to_json

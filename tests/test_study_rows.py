@@ -68,7 +68,7 @@ def test_unexpected_models_fall_back_to_add_trial(url, monkeypatch):
 
     writer = open_study(url, "fallback")
 
-    class Refusing:  # fails after the trial's row is flushed: another Optuna's models, say
+    class Refusing:  # fails after the trial's row is inserted: another Optuna's tables, say
         @staticmethod
         def dumps(value):
             raise TypeError("unexpected attribute format")
@@ -80,3 +80,26 @@ def test_unexpected_models_fall_back_to_add_trial(url, monkeypatch):
     # rolled back before falling back: each trial once, numbered 0..3
     assert [t.number for t in got] == [0, 1, 2, 3]
     assert [t.user_attrs["arbiter"]["candidate"] for t in got] == [0, 1, 2, 3]
+
+
+def test_a_batch_whose_commit_landed_but_raised_is_not_written_again(url, monkeypatch):
+    # a connection lost in COMMIT: the rows are in, the writer was told it failed; the slow
+    # path must not add them a second time
+    from sqlalchemy.exc import OperationalError
+
+    from arbiter._study_rows import TrialWriter
+
+    writer = open_study(url, "lost-ack")
+    real = TrialWriter._insert
+
+    def landed_then_failed(self, trials):
+        real(self, trials)
+        raise OperationalError("COMMIT", {}, Exception("connection lost"))
+
+    monkeypatch.setattr(TrialWriter, "_insert", landed_then_failed)
+    writer.add(_trials()[:2])
+    monkeypatch.setattr(TrialWriter, "_insert", real)
+    writer.add(_trials()[2:])
+    got = _read(url, "lost-ack")
+    assert [t.user_attrs["arbiter"]["candidate"] for t in got] == [0, 1, 2, 3]
+    assert [t.number for t in got] == [0, 1, 2, 3]
