@@ -140,6 +140,11 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     """
     from ._worker import Worker
 
+    if kw.get("worker") is not None:  # the caller's own, already started
+        from ._tune import tune as _tune
+
+        return _tune(spec, **kw)
+    kw.pop("worker", None)
     # started before `_tune` imports SQLAlchemy and Optuna's samplers (~0.2 s): the worker's
     # own start-up (numpy, the oracle) overlaps ours; one never asked anything (a bad
     # argument, a finished sweep) is killed on the way out, not waited for

@@ -22,6 +22,7 @@ from ._store import (
     RegionModel,
     WinnerModel,
     connection_scope,
+    once_more_on_conflict,
     require_current,
     session_scope,
 )
@@ -93,7 +94,7 @@ def choose(results: list[Result], budget: float) -> Choice | None:
     return Choice(winner, runner_up, True, runner_up.median - winner.median)  # type: ignore[operator]
 
 
-# built once: a statement built per call costs more than running it
+# built once: building a statement with its values costs more than running it
 _FIND_CANDIDATE = select(CandidateModel.id).where(
     *(getattr(CandidateModel, k) == bindparam(k)
       for k in ("region_id", "environment_id", "lane_id", "config_key")))
@@ -115,12 +116,15 @@ class Records:
     def ids(
         self, region: Any, fingerprint: Any, lanes: list[Any]
     ) -> tuple[int, int, dict[str, int]]:
-        with session_scope(self.url) as s:
-            r = RegionModel.find_or_add(s, region)
-            e = EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint))
-            lane_ids = {ln.name: LaneModel.find_or_add(s, ln).id for ln in lanes}
-            self._lane_names.update((i, n) for n, i in lane_ids.items())
-            return r.id, e.id, lane_ids
+        def find_or_add() -> tuple[int, int, dict[str, int]]:
+            with session_scope(self.url) as s:
+                r = RegionModel.find_or_add(s, region)
+                e = EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint))
+                return r.id, e.id, {ln.name: LaneModel.find_or_add(s, ln).id for ln in lanes}
+
+        region_id, env_id, lane_ids = once_more_on_conflict(find_or_add)
+        self._lane_names.update((i, n) for n, i in lane_ids.items())
+        return region_id, env_id, lane_ids
 
     def results(self, region_id: int, environment_id: int, kind: str = SWEEP) -> list[Result]:
         with session_scope(self.url) as s:
@@ -144,18 +148,23 @@ class Records:
                "log": m.log}
         ident = {"region_id": region_id, "environment_id": environment_id, "lane_id": lane_id,
                  "config_key": config.key}
-        with connection_scope(self.url) as conn:
-            candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
-            if candidate_id is None:
-                key = conn.execute(insert(CandidateModel), {
-                    **ident, "config": config.to_json()}).inserted_primary_key
-                assert key is not None
-                candidate_id = key[0]
-            conn.execute(insert(MeasurementModel), {**row, "candidate_id": candidate_id})
-            lane = self._lane_names.get(lane_id)
-            if lane is None:
-                lane = self._lane_names[lane_id] = conn.execute(
-                    select(LaneModel.name).where(LaneModel.id == lane_id)).scalar_one()
+
+        def write() -> tuple[int, str]:
+            with connection_scope(self.url) as conn:
+                candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
+                if candidate_id is None:
+                    key = conn.execute(insert(CandidateModel), {
+                        **ident, "config": config.to_json()}).inserted_primary_key
+                    assert key is not None
+                    candidate_id = key[0]
+                conn.execute(insert(MeasurementModel), {**row, "candidate_id": candidate_id})
+                lane = self._lane_names.get(lane_id)
+                if lane is None:
+                    lane = self._lane_names[lane_id] = conn.execute(
+                        select(LaneModel.name).where(LaneModel.id == lane_id)).scalar_one()
+                return candidate_id, lane
+
+        candidate_id, lane = once_more_on_conflict(write)
         return Result(candidate_id, lane, config, m.status, rel_error, max_abs,
                       m.median, m.spread, budget, m.timing_method, m.log)
 

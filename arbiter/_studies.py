@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from typing import Any
 
 from sqlalchemy import inspect, text
 
+from ._errors import StoreError
 from ._plan import Plan
 from ._records import Result
 from ._samplers import ATTR, make_sampler
 from ._store import engine_for
-from ._store.session import per_file
+from ._store.session import RACE_WAITS, per_file
 from ._study_rows import TrialWriter
 from ._values import Config
 
 __all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
 
 FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
-FLUSH_AFTER_S = 2.0  # ... or as soon as the oldest of them is this old
+FLUSH_AFTER_S = 2.0  # ... or fewer, this long after the last write
 
 
 def params(lane: str, config: Config) -> dict[str, Any]:
@@ -79,16 +81,28 @@ def _recorded_trial(p: Plan, r: Result, budget: float) -> Any:
     return finished_trial(params(r.lane, r.config), _distributions(p, r.lane), value, attrs)
 
 
-_STORAGES: dict[str, tuple[Any, Any]] = {}
+_STORAGES: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
 
 
 def _new_storage(url: str) -> Any:
     """Optuna's storage on our database: opened once per file and process (~0.1 s: Optuna
     loads its ~30 Alembic scripts to check the schema), not once per region."""
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError
 
-    storage = optuna.storages.RDBStorage(
-        url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+    kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    for attempt in range(RACE_WAITS):
+        try:
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            break
+        except SQLAlchemyError as e:
+            # two sweeps creating Optuna's tables in one new file at once: the loser's
+            # CREATE or stamp fails; the winner's tables are there a moment later
+            if attempt == RACE_WAITS - 1:
+                raise StoreError(f"database {url}: cannot open Optuna's storage: {e}") from e
+            time.sleep(0.05)
+        except RuntimeError as e:  # Optuna's schema check: tables of another Optuna version
+            raise StoreError(f"database {url}: {e}") from e
     if url.startswith("sqlite"):
         # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
         # commit; a killed process still loses nothing committed)
@@ -128,7 +142,7 @@ class Studies:
         self.db: TrialWriter | None = None
         self._memory: Any = None
         self.pending: list[Any] = []  # for the database study, once it is open
-        self._since = 0.0  # when the oldest pending trial was added
+        self._written = 0.0  # when the database study was last written
 
     def memory(self) -> Any:
         """The sampler's study, told every recorded candidate (in memory: milliseconds)."""
@@ -160,12 +174,12 @@ class Studies:
             self._pend(finished_trial(trial.params, trial.distributions, value, attrs))
 
     def flush(self) -> None:
-        """Write the pending trials once they are due: `FLUSH_EVERY` of them, or the oldest
-        `FLUSH_AFTER_S` old (one transaction for several costs less than one each; the
-        dashboard lags by at most that). The records are already committed; a sweep killed
-        before this write is caught up by the next run."""
+        """Write the pending trials once they are due: `FLUSH_EVERY` of them, or
+        `FLUSH_AFTER_S` since the last write (one transaction for several costs less than
+        one each; the dashboard lags by about that). The records are already committed; a
+        sweep killed before this write is caught up by the next run."""
         if self.db is not None and len(self.pending) < FLUSH_EVERY and (
-                not self.pending or time.monotonic() - self._since < FLUSH_AFTER_S):
+                not self.pending or time.monotonic() - self._written < FLUSH_AFTER_S):
             return
         self.flush_all()
 
@@ -185,11 +199,14 @@ class Studies:
                             and (t := _recorded_trial(self.p, r, self.budget)) is not None]
         pending, self.pending = self.pending, []
         self.db.add(pending)
+        self._written = time.monotonic()
 
     def _pend(self, t: Any) -> None:
-        if not self.pending:
-            self._since = time.monotonic()
         self.pending.append(t)
+        if len(self.pending) > FLUSH_EVERY or time.monotonic() - self._written >= FLUSH_AFTER_S:
+            # overdue: a run of refused configs (recorded without a worker window to write
+            # in), or trials slower than FLUSH_AFTER_S (one write each costs nothing there)
+            self.flush_all()
 
     def behind(self) -> bool:
         """Does the database study hold fewer trials than there are recorded candidates (a

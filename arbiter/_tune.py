@@ -83,7 +83,9 @@ def tune(
 
     `trials` is the number of distinct candidates per region to have measured on this machine
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
-    Returns one row per region (see README: `arbiter tune --json`).
+    Returns one row per region (see README: `arbiter tune --json`). `worker`: a started
+    `Worker` to run the candidates in, which the caller closes (`arbiter.tune` passes one it
+    started before importing this module); without it one is made here.
     """
     if trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")

@@ -135,3 +135,32 @@ def test_sampled_sweep_killed_then_resumed_keeps_records_and_study_in_step(env, 
     trials = optuna.load_study(study_name=summary.study_name, storage=url).trials
     ids = sorted(t.user_attrs["arbiter"]["candidate"] for t in trials)
     assert ids == sorted(c for c, _, _ in after)
+
+
+def test_sweeps_started_at_once_on_one_new_database_all_finish(env, tmp_path):
+    # two shells starting on the same new arbiter.db: each meets the others' tables and rows
+    # half made (ours, Optuna's) and must still finish, with no traceback
+    import optuna
+
+    spec = tmp_path / "two.toml"
+    spec.write_text('[[region]]\nname = "a"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n'
+                    '[[region]]\nname = "b"\nM = 8\nN = 16\nK = 8\nepilogue = ["relu"]\n')
+    code = ("import sys, time\nfrom arbiter.cli import main\n"
+            "time.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"
+            "sys.exit(main(sys.argv[2:]))")
+    start = str(time.time() + 4)  # imports first, then all at the same instant
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", code, start, "tune", str(spec), "--lanes", "fake_tiny",
+         "--trials", "9", "--seed", str(seed), "--json"], env=env, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and "Traceback" not in err, err
+        assert [r["region"] for r in json.loads(out)] == ["a", "b"]
+    url = env["ARBITER_DB"]
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
+        candidates = {c for (c,) in con.execute("select id from candidates")}
+    studied = {t.user_attrs["arbiter"]["candidate"]
+               for s in optuna.get_all_study_summaries(storage=url)
+               for t in optuna.load_study(study_name=s.study_name, storage=url).trials}
+    assert studied == candidates  # every record in the dashboard

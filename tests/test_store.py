@@ -159,3 +159,35 @@ def test_processes_creating_one_database_at_once_all_get_it(tmp_path):
     assert revision_of(f"sqlite:///{db}") == SCHEMA_REVISION
     rows = sqlite3.connect(db).execute("select version_num from arbiter_alembic_version")
     assert rows.fetchall() == [(SCHEMA_REVISION,)]
+
+
+def test_databases_used_and_deleted_in_one_process_leave_few_files_open(tmp_path):
+    # a notebook going through many throwaway databases: the engines (and Optuna's storages)
+    # kept per file are bounded, so their pooled connections do not pile up for ever
+    import os
+
+    from arbiter._store.session import PER_FILE_KEPT
+    from arbiter._studies import open_study
+
+    def deleted_open() -> int:
+        if not os.path.isdir("/proc/self/fd"):
+            pytest.skip("no /proc/self/fd here")
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sum(1 for link in links if link.endswith("(deleted)"))
+
+    before = deleted_open()
+    for i in range(24):
+        folder = tmp_path / f"nb{i}"
+        folder.mkdir()
+        url = f"sqlite:///{folder / 'arbiter.db'}"
+        Records(url)
+        open_study(url, "s")
+        shutil.rmtree(folder)
+    # at most PER_FILE_KEPT databases held, each by two engines (ours, Optuna's) with their
+    # database, -wal and -shm files
+    assert PER_FILE_KEPT <= 12 and deleted_open() - before <= PER_FILE_KEPT * 2 * 3

@@ -16,6 +16,7 @@ from .models import (
 from .session import (
     connection_scope,
     engine_for,
+    once_more_on_conflict,
     require_current,
     revision_of,
     session_scope,
@@ -33,6 +34,7 @@ __all__ = [
     "WinnerModel",
     "connection_scope",
     "engine_for",
+    "once_more_on_conflict",
     "require_current",
     "revision_of",
     "session_scope",

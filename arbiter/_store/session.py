@@ -1,4 +1,5 @@
-"""Engines, the one session helper that turns database errors into StoreError, schema checks.
+"""Engines, the session and connection helpers that turn database errors into StoreError, schema
+checks.
 
 SQLite gets WAL and a busy timeout on every connection; any other SQLAlchemy URL (PostgreSQL
 for many workers) is used as given. Alembic is imported only by `upgrade`.
@@ -10,6 +11,7 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -27,14 +29,14 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from .._errors import StoreError
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
-__all__ = ["connection_scope", "create_current", "engine_for", "per_file", "require_current",
-           "revision_of", "session_scope", "upgrade"]
+__all__ = ["connection_scope", "create_current", "engine_for", "once_more_on_conflict", "per_file",
+           "require_current", "revision_of", "session_scope", "upgrade"]
 
 T = TypeVar("T")
 
@@ -60,7 +62,8 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-_ENGINES: dict[str, tuple[tuple[int, int] | None, Any]] = {}
+PER_FILE_KEPT = 8  # databases whose engine (and Optuna storage) one process keeps open
+_ENGINES: OrderedDict[str, tuple[tuple[int, int] | None, Any]] = OrderedDict()
 
 
 @lru_cache(maxsize=64)
@@ -75,30 +78,34 @@ def sqlite_path(url: str) -> str | None:
 
 
 def file_identity(url: str) -> tuple[int, int] | None:
-    """(device, inode) of a SQLite URL's file; None when it has none (yet)."""
+    """(device, inode) of a SQLite URL's file; None when it has none."""
     path = sqlite_path(url)
     try:
         st = os.stat(path) if path is not None else None
-    except OSError:
+    except (OSError, ValueError):
         return None
     return None if st is None else (st.st_dev, st.st_ino)
 
 
-def per_file(cache: dict[str, tuple[tuple[int, int] | None, T]], url: str,
+def per_file(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]], url: str,
              make: Callable[[], T], close: Callable[[T], None]) -> T:
     """One `make()` per URL and process, made again when a SQLite file was deleted or
-    replaced since: pooled connections to a deleted file would go on writing into it, and
-    every record written there would be lost."""
+    replaced since (pooled connections to a deleted file would go on writing into it, and
+    every record written there would be lost); the least recently used beyond
+    `PER_FILE_KEPT` are closed, so a notebook going through many databases keeps no files
+    open for ever."""
     ident = file_identity(url)
-    known = cache.get(url)
+    known = cache.pop(url, None)
     if known is not None:
         was, obj = known
-        if was == ident or was is None:  # the same file, or the one its first connect made
-            cache[url] = (ident, obj)
+        if was == ident:
+            cache[url] = known
             return obj
         close(obj)
     obj = make()
     cache[url] = (ident, obj)
+    while len(cache) > PER_FILE_KEPT:
+        close(cache.popitem(last=False)[1][1])
     return obj
 
 
@@ -113,6 +120,13 @@ def _new_engine(url: str) -> Engine:
 
 
 def engine_for(url: str) -> Engine:
+    path = sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        # made here (empty: SQLite's empty database), so the engine is known to be this file's
+        try:
+            open(path, "ab").close()
+        except (OSError, ValueError) as e:
+            raise StoreError(f"cannot open database {url!r}: {e}") from e
     return per_file(_ENGINES, url, lambda: _new_engine(url), lambda e: e.dispose())
 
 
@@ -142,6 +156,17 @@ def connection_scope(url: str) -> Iterator[Connection]:
             yield conn
     except SQLAlchemyError as e:
         raise StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}") from e
+
+
+def once_more_on_conflict(fn: Callable[[], T]) -> T:
+    """`fn()`, run again when another process inserted the same unique row first (two sweeps
+    starting on one database at once): the second run finds the row."""
+    try:
+        return fn()
+    except StoreError as e:
+        if not isinstance(e.__cause__, IntegrityError):
+            raise
+    return fn()
 
 
 def revision_of(url: str) -> str | None:
