@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -140,16 +141,13 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     """
     from ._worker import Worker
 
-    if kw.get("worker") is not None:  # the caller's own, already started
-        from ._tune import tune as _tune
-
-        return _tune(spec, **kw)
-    kw.pop("worker", None)
+    given = kw.pop("worker", None)  # the caller's own, started and closed by the caller
     # started before `_tune` imports SQLAlchemy and Optuna's samplers (~0.2 s): the worker's
     # own start-up (numpy, the oracle) overlaps ours; one never asked anything (a bad
     # argument, a finished sweep) is killed on the way out, not waited for
-    with Worker(kw.get("timeout", 60.0)) as worker:
-        worker.start()
+    with Worker(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
+        if given is None:
+            worker.start()
         from ._tune import tune as _tune
 
         return _tune(spec, worker=worker, **kw)

@@ -77,15 +77,15 @@ def tune(
     timeout: float = 60.0, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
     warmup: int = 3, repeats: int = 15, regions: Sequence[str] | None = None,
     progress: bool = False, refinal: bool = False,
-    on_trial: Callable[[str, str, Result], None] | None = None, worker: Worker | None = None,
+    on_trial: Callable[[str, str, Result], None] | None = None, worker: Worker,
 ) -> list[dict[str, Any]]:
     """Search every region's lanes and configs, record everything, declare winners.
 
     `trials` is the number of distinct candidates per region to have measured on this machine
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
-    Returns one row per region (see README: `arbiter tune --json`). `worker`: a started
-    `Worker` to run the candidates in, which the caller closes (`arbiter.tune` passes one it
-    started before importing this module); without it one is made here.
+    Returns one row per region (see README: `arbiter tune --json`). `worker`: the started
+    `Worker` to run the candidates in, which the caller closes (`arbiter.tune` starts it
+    before importing this module, so its start-up overlaps ours).
     """
     if trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
@@ -96,18 +96,10 @@ def tune(
     chosen = usable_lanes(lanes)
     todo = _regions(spec, regions)
     url = db or settings().db
-    if worker is not None:  # the caller's, started early (`arbiter.tune`); it closes it
-        worker.timeout = timeout
-        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
-                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
-                      refinal=refinal, on_trial=on_trial)
-    with Worker(timeout) as worker:
-        # started first so its imports overlap our own start-up; one never asked anything
-        # (a finished sweep run again) is killed on the way out, not waited for
-        worker.start()
-        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
-                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
-                      refinal=refinal, on_trial=on_trial)
+    worker.timeout = timeout
+    return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler, seed=seed,
+                  warmup=warmup, repeats=repeats, progress=progress, refinal=refinal,
+                  on_trial=on_trial)
 
 
 def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker: Worker, *,
