@@ -189,11 +189,8 @@ class Studies:
         if self.db is None:
             if not self.p.measured:
                 return
-            from optuna.trial import TrialState
-
             self.db = open_study(self.url, self.name)
-            known = {t.user_attrs.get(ATTR, {}).get("candidate") for t in
-                     self.db.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+            known = self.db.held()
             self.pending = [t for r in list(self.p.measured.values())
                             if r.candidate_id not in known
                             and (t := _recorded_trial(self.p, r, self.budget)) is not None]

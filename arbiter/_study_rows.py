@@ -55,10 +55,17 @@ class TrialWriter:
                 pass  # rolled back; a busy database may well take the slow path
         # an error raised by a commit that landed (a connection lost in COMMIT) must not
         # write the batch twice: the study's own view of which candidates it holds decides
-        held = {_candidate(t) for t in self.study.get_trials(deepcopy=False)}
+        held = self.held()
         for t in trials:
             if _candidate(t) is None or _candidate(t) not in held:
                 self.study.add_trial(t)
+
+    def held(self) -> set[Any]:
+        """The candidates (ids) of the study's finished trials."""
+        from optuna.trial import TrialState
+
+        return {_candidate(t) for t in
+                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
 
     def _insert(self, trials: Sequence[Any]) -> None:
         from optuna.distributions import distribution_to_json
