@@ -130,6 +130,10 @@ def engine_for(url: str) -> Engine:
     return per_file(_ENGINES, url, lambda: _new_engine(url), lambda e: e.dispose())
 
 
+def _store_error(url: str, e: SQLAlchemyError) -> StoreError:
+    return StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}")
+
+
 @contextlib.contextmanager
 def session_scope(url: str) -> Iterator[Session]:
     """A session committed on success, rolled back on error; DB errors become StoreError."""
@@ -139,7 +143,7 @@ def session_scope(url: str) -> Iterator[Session]:
         session.commit()
     except SQLAlchemyError as e:
         session.rollback()
-        raise StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}") from e
+        raise _store_error(url, e) from e
     except BaseException:
         session.rollback()
         raise
@@ -155,7 +159,7 @@ def connection_scope(url: str) -> Iterator[Connection]:
         with engine_for(url).begin() as conn:
             yield conn
     except SQLAlchemyError as e:
-        raise StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}") from e
+        raise _store_error(url, e) from e
 
 
 def once_more_on_conflict(fn: Callable[[], T]) -> T:
