@@ -17,7 +17,7 @@ from ._plan import Plan
 from ._records import Result
 from ._samplers import ATTR
 from ._studies import objective, params
-from ._values import Config, Status
+from ._values import Config, Measurement, Status
 
 __all__ = ["DUPES_BEFORE_ENUM", "Asker", "pool", "unmeasured"]
 
@@ -146,16 +146,26 @@ class Asker:
         for t in self.waiting:
             self._tell(t, r)
         self.waiting.clear()
-        if self._ahead and self._ahead[0] is not None and self._among_best(r):
+        if (self._ahead and self._ahead[0] is not None
+                and self._among_best(r.median if r.fits(self.budget) else None)):
             from optuna.trial import TrialState
 
             self.study.tell(self._ahead[0][0], state=TrialState.FAIL)
             self._ahead = []
 
-    def _among_best(self, r: Result) -> bool:
-        """In TPE's "good" group: the best tenth of the timed results within budget."""
-        if not r.fits(self.budget):
+    def stands(self, m: Measurement) -> bool:
+        """Will the proposal asked ahead of `m` (measured, not recorded yet) stand, so that
+        `m` can be recorded and told later? Not when there is none, nor when `told` would
+        drop it."""
+        fits = m.status is Status.OK and m.median is not None
+        return bool(self._ahead) and not self._among_best(m.median if fits else None,
+                                                          recorded=False)
+
+    def _among_best(self, median: float | None, recorded: bool = True) -> bool:
+        """In TPE's "good" group: the best tenth of the timed results within budget (None: a
+        result that is not one of those)."""
+        if median is None:
             return False
-        fit = sorted(cast(float, x.median) for x in self.p.measured.values()
-                     if x.fits(self.budget))
-        return cast(float, r.median) <= fit[max(1, math.ceil(0.1 * len(fit))) - 1]
+        fit = sorted([*(cast(float, x.median) for x in self.p.measured.values()
+                        if x.fits(self.budget)), *(() if recorded else (median,))])
+        return median <= fit[max(1, math.ceil(0.1 * len(fit))) - 1]

@@ -4,8 +4,10 @@ Every lane's default is measured first, then either the whole space (when it is 
 than the trial budget: enumerated, never sampled) or the sampler's proposals (`Asker`). Each
 candidate goes to the worker with the database study's writes and the next proposal as the
 worker's `meanwhile` (`Studies.flush`, `Asker.ask_ahead`): done while it builds and checks,
-never while it times. Our records are committed before the next candidate starts and are the
-source of truth: the studies are rebuilt from them. Finalists are re-timed interleaved.
+never while it times. So is the bookkeeping of the trial before: its record, and telling the
+sampler, are done once the next candidate is on its way (`settle`), unless the next proposal
+depends on it. Our records are the source of truth: the studies are rebuilt from them.
+Finalists are re-timed interleaved.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 from ._asker import Asker, pool, unmeasured
@@ -63,15 +66,11 @@ def tune_region(
     studies = Studies(records.url, study_name(region, fingerprint, p), p, budget,
                       None if enumerate_all else (sampler, seed))
 
-    def measure(lane: str, cfg: Config,
-                meanwhile: Callable[[], None] = studies.flush) -> Result:
-        problem = p.spaces[lane].violation(cfg)
-        if problem is not None:  # never built, never run
-            m = Measurement(Status.INVALID, log=f"config rejected by the lane's space: {problem}")
-        else:
-            m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
-                             warmup=warmup, repeats=repeats, seeds=seeds,
-                             meanwhile=meanwhile).measurement
+    # a measured result not recorded yet: the next candidate is sent to the worker first, and
+    # the record and the sampler's tell are done while it builds (its `meanwhile`)
+    held: list[tuple[str, Config, Measurement, Callable[[Result], None]]] = []
+
+    def record(lane: str, cfg: Config, m: Measurement) -> Result:
         r = records.record(region_id, env_id, lane_ids[lane], cfg, m, budget)
         p.measured[(lane, cfg.key)] = r
         out.new += 1
@@ -80,37 +79,89 @@ def tune_region(
             on_trial(lane, cfg, r, True)
         return r
 
-    if p.needed > 0:
-        # every lane's default first (smallest spaces, i.e. the vendor libraries, leading): the
-        # library is always a measured candidate and the sampler starts from sane points
-        for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n)):
-            default = p.spaces[name].default
-            if p.needed > 0 and (name, default.key) not in p.measured:
-                studies.recorded(measure(name, default))
-        rng = random.Random(seed)
-        candidates = pool(p, rng)
-        while enumerate_all and p.needed > 0:
-            # nothing to sample: measure what is left and tell the studies as finished trials
-            pick = unmeasured(p, candidates, rng)
-            if pick is None:
-                break
-            studies.recorded(measure(*pick))
-        if not enumerate_all and p.needed > 0:
-            asker = Asker(studies.memory(), p, candidates, rng, budget, refuse=measure,
-                          mirror=studies.asked)
-            nxt = asker.next()
-            while nxt is not None:
-                trial, lane, cfg = nxt
+    def settle() -> None:
+        """Record the result held back, and hand it on (to the studies or the sampler)."""
+        while held:
+            lane, cfg, m, then = held.pop()
+            then(record(lane, cfg, m))
 
-                def meanwhile(busy: tuple[str, str] = (lane, cfg.key)) -> None:
-                    studies.flush()
-                    asker.ask_ahead(busy)
+    def left() -> int:
+        """Candidates still to measure, the one held back counted as measured."""
+        return p.needed - sum(1 for _, _, m, _ in held if m.status is not Status.INVALID)
 
-                asker.told(trial, measure(lane, cfg, meanwhile))
+    def in_flight() -> tuple[str, str] | None:
+        return (held[0][0], held[0][1].key) if held else None
+
+    def refused(lane: str, cfg: Config) -> Measurement | None:
+        problem = p.spaces[lane].violation(cfg)
+        if problem is None:
+            return None
+        return Measurement(Status.INVALID, log=f"config rejected by the lane's space: {problem}")
+
+    def refuse(lane: str, cfg: Config) -> Result:  # never built, never run
+        m = refused(lane, cfg)
+        assert m is not None
+        return record(lane, cfg, m)
+
+    def measure(lane: str, cfg: Config, then: Callable[[Result], None],
+                meanwhile: Callable[[], None] = studies.flush) -> Measurement:
+        """Check one candidate; its result is held, to be recorded and passed to `then` by
+        the next candidate's `meanwhile` or by `settle`."""
+        m = refused(lane, cfg)
+        if m is not None:
+            settle()
+            then(record(lane, cfg, m))
+            return m
+
+        def window() -> None:
+            settle()
+            meanwhile()
+
+        m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
+                         warmup=warmup, repeats=repeats, seeds=seeds,
+                         meanwhile=window).measurement
+        held.append((lane, cfg, m, then))
+        return m
+
+    try:
+        if p.needed > 0:
+            # every lane's default first (smallest spaces, i.e. the vendor libraries, leading):
+            # the library is always a measured candidate and the sampler starts from sane points
+            for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n)):
+                default = p.spaces[name].default
+                if left() > 0 and (name, default.key) not in p.measured:
+                    measure(name, default, studies.recorded)
+            rng = random.Random(seed)
+            candidates = pool(p, rng)
+            while enumerate_all and left() > 0:
+                # nothing to sample: measure what is left and tell the studies as finished
+                # trials
+                pick = unmeasured(p, candidates, rng, in_flight())
+                if pick is None:
+                    break
+                measure(*pick, studies.recorded)
+            if not enumerate_all and left() > 0:
+                settle()  # the sampler's study starts from every result
+                asker = Asker(studies.memory(), p, candidates, rng, budget, refuse=refuse,
+                              mirror=studies.asked)
                 nxt = asker.next()
-        studies.flush_all()
-    elif studies.behind():
-        studies.flush_all()  # a sweep killed after its last record, before its writes
+                while nxt is not None:
+                    trial, lane, cfg = nxt
+
+                    def meanwhile(busy: tuple[str, str] = (lane, cfg.key)) -> None:
+                        studies.flush()
+                        asker.ask_ahead(busy)
+
+                    m = measure(lane, cfg, partial(asker.told, trial), meanwhile)
+                    if not asker.stands(m):
+                        settle()  # the next proposal must know this result
+                    nxt = asker.next()
+            settle()
+            studies.flush_all()
+        elif studies.behind():
+            studies.flush_all()  # a sweep killed after its last record, before its writes
+    finally:
+        settle()  # a finished trial is kept even when the sweep stops here (Ctrl-C)
     if out.new or refinal or records.winner(region_id, env_id, budget) is None:
         out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
         if out.choice is not None:
