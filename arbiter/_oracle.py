@@ -142,6 +142,16 @@ def frobenius(a: np.ndarray) -> float:
     return math.sqrt(total)
 
 
+def _faults(flat_out: np.ndarray) -> tuple[int, int]:
+    """Elements still holding the poison, and elements NaN or Inf (the poison included)."""
+    untouched = nonfinite = 0
+    for s in range(0, flat_out.size, CHUNK):
+        o = flat_out[s:s + CHUNK]
+        untouched += untouched_count(o)
+        nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
+    return untouched, nonfinite
+
+
 def compare(out: np.ndarray, ref: np.ndarray, budget: float,
             norm_ref: float | None = None) -> Verdict:
     """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error.
@@ -152,15 +162,18 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float,
         raise InputError(f"output shape {out.shape} != reference shape {ref.shape}")
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     buf = np.empty(min(CHUNK, out.size), np.float64)
-    untouched = nonfinite = 0
-    sumsq = max_abs = 0.0
+    sumsq = max_sq = 0.0
     for s in range(0, out.size, CHUNK):
         o = flat_out[s:s + CHUNK]
-        untouched += untouched_count(o)
-        nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
         d = np.subtract(o, flat_ref[s:s + CHUNK], out=buf[:o.size], dtype=np.float64)
-        max_abs = max(max_abs, float(d.max()), -float(d.min()))
-        sumsq += float(np.square(d, out=d).sum())
+        np.square(d, out=d)
+        sumsq += float(d.sum())
+        max_sq = max(max_sq, float(d.max()))
+    # the poison is a NaN: one sum over the squared differences is finite only when every
+    # element was written and is finite (a float32 difference squared cannot overflow float64),
+    # so the elements are counted one by one only for a faulty output
+    untouched, nonfinite = (0, 0) if math.isfinite(sumsq) else _faults(flat_out)
+    max_abs = math.sqrt(max_sq)  # exactly the largest |difference|: sqrt(x*x) == |x|
     if untouched:
         return Verdict(Status.UNTOUCHED, None, None,
                        f"{untouched} of {out.size} elements unwritten")
