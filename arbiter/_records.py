@@ -1,7 +1,7 @@
 """Reading and writing the record store in the terms the search speaks: results, winners.
 
-Each write commits before the next trial starts, so a killed sweep loses at most the trial
-in flight. `choose` is the one place a winner is decided, from recorded numbers only, so a
+Each result is committed while the next candidate builds, before it is timed, so a killed
+sweep loses at most the trial in flight and one just finished. `choose` is the one place a winner is decided, from recorded numbers only, so a
 different budget at query time needs no new measurement.
 """
 
