@@ -139,15 +139,13 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     See `arbiter._tune.tune` for the keywords (db, trials, lanes, budget, timeout, seed,
     sampler, ...). Returns one row per region.
     """
-    from ._worker import Worker
+    from ._worker import lease
 
     given = kw.pop("worker", None)  # the caller's own, started and closed by the caller
-    # started before `_tune` imports SQLAlchemy and Optuna's samplers (~0.2 s): the worker's
-    # own start-up (numpy, the oracle) overlaps ours; one never asked anything (a bad
-    # argument, a finished sweep) is killed on the way out, not waited for
-    with Worker(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
-        if given is None:
-            worker.start()
+    # leased (kept from an earlier sweep, or started now) before `_tune` imports SQLAlchemy
+    # and Optuna's samplers (~0.2 s): a new worker's own start-up (numpy, the oracle)
+    # overlaps ours
+    with lease(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
         from ._tune import tune as _tune
 
         return _tune(spec, worker=worker, **kw)

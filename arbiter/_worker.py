@@ -10,6 +10,7 @@ fresh child, so one bad candidate costs one trial, never the sweep.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pickle
@@ -19,6 +20,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -27,10 +29,13 @@ from typing import Any
 
 from ._values import Config, Measurement, Status
 
-__all__ = ["Outcome", "Worker"]
+__all__ = ["Outcome", "Worker", "lease"]
 
 _HEADER = struct.Struct("<Q")
 LOG_TAIL = 4000
+_SETTINGS = "ARBITER_"
+# a worker this old is not kept for another sweep: the x86 lane's libraries stay mapped in it
+RETIRE_AFTER = 2000
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,20 @@ def _receive() -> Any:
     return pickle.loads(body) if body is not None else None
 
 
+def _settings_now() -> dict[str, str]:
+    """The parent's ARBITER_* variables: each request carries them, so a worker kept between
+    sweeps follows the settings of the sweep it serves (the cache directory, extra lanes)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_SETTINGS)}
+
+
+def _use_settings(env: dict[str, str] | None) -> None:
+    if env is None:
+        return
+    for k in [k for k in os.environ if k.startswith(_SETTINGS) and k not in env]:
+        del os.environ[k]
+    os.environ.update(env)
+
+
 def _serve() -> None:
     import faulthandler
 
@@ -183,6 +202,7 @@ def _serve() -> None:
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # lane prints go to the log, not into the protocol
     while (req := _receive()) is not None:
+        _use_settings(req.pop("settings", None))
         # Every check request is followed by one "go" from the parent once its own work for
         # the previous trial is done; timing waits for it, so the parent's database writes
         # overlap this candidate's build and verification, never its timing.
@@ -227,6 +247,8 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.requests = 0
+        self.lanes: set[str] = set()  # every lane asked of it
+        self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -252,6 +274,25 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        self.busy = False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def reusable(self) -> bool:
+        """Worth keeping for another sweep: alive, idle, has served (one started ahead and
+        never asked anything is not kept), not too old, and only CPU lanes ran in it (a GPU
+        lane's context would hold device memory for as long as it idles)."""
+        from ._errors import LaneError
+        from ._registry import get_lane
+        from ._values import Platform
+
+        try:
+            cpu = all(get_lane(n).platform is Platform.CPU for n in self.lanes)
+        except LaneError:
+            cpu = False
+        return (self.alive() and not self.busy and cpu
+                and 0 < self.requests < RETIRE_AFTER)
 
     def close(self) -> None:
         if not self.requests:
@@ -277,7 +318,8 @@ class Worker:
         self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None
         offset = self._log.seek(0, os.SEEK_END)
-        _send_to(proc, req)
+        self.busy = True
+        _send_to(proc, {**req, "settings": _settings_now()})
         # The child, woken by its last reply's read, is often still queued on this core: let
         # it take the request now. Without this, the parent's `meanwhile` ran first and the
         # child waited 1-5 ms in a third of trials while the other core idled.
@@ -306,6 +348,7 @@ class Worker:
                 need = _HEADER.size + _HEADER.unpack(buf[:_HEADER.size])[0]
             if len(buf) >= need and need > _HEADER.size:
                 kind, value = pickle.loads(buf[_HEADER.size:need])
+                self.busy = False
                 if kind == "error":
                     raise _Dead(Status.LAUNCH_FAILED, value)
                 return value
@@ -332,6 +375,7 @@ class Worker:
         `meanwhile` is parent work (the previous trial's database writes) run while the child
         builds and verifies; the child starts timing only after it returns.
         """
+        self.lanes.add(lane)
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
                "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
@@ -344,12 +388,62 @@ class Worker:
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
                    rounds: int = 5, repeats: int = 10, warmup: int = 3) -> list[list[float] | str]:
+        self.lanes.update(lane for lane, _ in candidates)
         req = {"op": "interleave", "region": region, "candidates": list(candidates),
                "rounds": rounds, "repeats": repeats, "warmup": warmup}
         try:
             return self._call(req, self.timeout * max(1, len(candidates)))
         except _Dead as d:
             return [f"{d.status.value}: {d.log}"] * len(candidates)
+
+
+# A worker kept between the sweeps of one process (a notebook tuning region after region),
+# with how it was started: the interpreter, directory and environment it inherited.
+_SPARE: list[tuple[tuple[Any, ...], Worker]] = []
+_SPARE_LOCK = threading.Lock()
+
+
+def _started_as() -> tuple[Any, ...]:
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if not k.startswith(_SETTINGS)))
+    return os.getpid(), sys.executable, os.getcwd(), env
+
+
+def _close_spare() -> None:
+    with _SPARE_LOCK:
+        spares = _SPARE[:]
+        _SPARE.clear()
+    for _, w in spares:
+        w.close()
+
+
+@contextlib.contextmanager
+def lease(timeout: float) -> Iterator[Worker]:
+    """A worker for one sweep: the one a previous sweep of this process left idle, if it was
+    started the same way (its start-up, ~0.1-0.3 s, is paid once), else a new one, started
+    now. Kept afterwards while `reusable`, else closed."""
+    key = _started_as()
+    with _SPARE_LOCK:
+        spare = _SPARE.pop() if _SPARE else None
+    if spare is not None and (spare[0] != key or not spare[1].reusable()):
+        spare[1].close()
+        spare = None
+    worker = spare[1] if spare is not None else Worker(timeout)
+    worker.timeout = timeout
+    if spare is None:
+        worker.start()
+    try:
+        yield worker
+    finally:
+        keep = worker.reusable()
+        with _SPARE_LOCK:
+            keep = keep and not _SPARE
+            if keep:
+                _SPARE.append((key, worker))
+        if not keep:
+            worker.close()
+
+
+atexit.register(_close_spare)
 
 
 if __name__ == "__main__":

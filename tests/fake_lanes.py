@@ -201,3 +201,15 @@ class Slow(Tiny):
 slow = Slow()
 LANES[slow.name] = slow
 _ATTRS += ("slow",)
+
+
+class Device(Tiny):
+    """`Tiny` presented as a GPU lane (it runs on the CPU like the others)."""
+
+    name = "fake_device"
+    platform = Platform.CUDA
+
+
+device = Device()
+LANES[device.name] = device
+_ATTRS += ("device",)

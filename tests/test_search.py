@@ -186,11 +186,53 @@ def _children() -> set[str]:
 @pytest.mark.parametrize("bad", [{"lanes": ["no_such_lane"]}, {"trials": 0},
                                  {"timeout": -1}, {"sampler": "no_such_sampler"}])
 def test_a_refused_tune_leaves_no_worker_behind(env, bad):
+    from arbiter import _worker
+
     # `arbiter.tune` starts its worker before checking anything (its start-up overlaps ours)
+    _worker._close_spare()
     before = _children()
     with pytest.raises(ArbiterError):
         arbiter.tune(REGION, db=env, **bad)
     assert _children() == before
+    # nor does it end the worker a sweep before it left for the next
+    arbiter.tune(REGION, db=env, trials=2, lanes=["fake_tiny"], seed=1)
+    before = _children()
+    with pytest.raises(ArbiterError):
+        arbiter.tune(REGION, db=env, **bad)
+    assert _children() == before and _spare_pid() is not None
+
+
+def _spare_pid() -> int | None:
+    from arbiter import _worker
+
+    return _worker._SPARE[0][1].proc.pid if _worker._SPARE else None
+
+
+def test_the_next_sweep_of_the_process_reuses_the_worker_under_its_own_settings(
+        env, tmp_path, monkeypatch):
+    region = FusedRegion(4, 8, 4, name="tiny_c", epilogue=("relu",))
+    [first] = arbiter.tune(region, db=env, trials=2, lanes=["x86_c"], seed=1)
+    pid = _spare_pid()
+    assert pid is not None and str(pid) in _children()
+    # a new build cache (an ARBITER_* setting): the kept worker builds into it
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache-2"))
+    [second] = arbiter.tune(region, db=f"sqlite:///{tmp_path / 'second.db'}", trials=2,
+                            lanes=["x86_c"], seed=1)
+    assert _spare_pid() == pid
+    assert second["lane"] == first["lane"] == "x86_c" and second["status"] in ("ok", "tie")
+    assert list((tmp_path / "cache-2").rglob("*.so"))
+    # another environment (what the child inherited at its start): a new worker
+    monkeypatch.setenv("ARBITER_TEST_UNRELATED", "1")
+    monkeypatch.setenv("OTHER_TEST_VARIABLE", "1")
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=2)
+    assert _spare_pid() not in (None, pid) and str(pid) not in _children()
+
+
+def test_a_worker_that_ran_a_gpu_lane_is_not_kept(env):
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=3)
+    kept = _spare_pid()
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_device"], seed=3)
+    assert _spare_pid() is None and str(kept) not in _children()
 
 
 def test_a_database_deleted_between_sweeps_gets_the_next_sweeps_records(env):
