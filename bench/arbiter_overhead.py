@@ -19,7 +19,9 @@
    The same split for sampled sweeps (40 trials of the same region's 129 candidates: the
    default sampler's ask/tell path), once with a fresh build cache (every new candidate
    compiles, as in a first sweep) and once on (1)'s cache (build time is lookups, so the
-   parent's work has the least to hide behind: the worst case for the overlap). And for a
+   parent's work has the least to hide behind: the worst case for the overlap). These two
+   run in the process of (1), as a notebook's later sweeps do, so they get the worker (1)
+   left idle and their start-up has no worker start in it; (1)'s has. And for a
    first `tune` of the whole example spec (9 regions, 30 trials each, fresh build cache),
    where start-up is spread over all the regions' trials as in a user's sweep; it runs in a
    process of its own, and its all-in is also given from that process's start.
