@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -153,7 +153,19 @@ def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
     return samples
 
 
-_HANDLERS = {"check": _check, "interleave": _interleave}
+def _forget(req: dict[str, Any]) -> None:
+    """Drop the inputs and references of the sweep just done (a large region's take GBs):
+    a worker kept idle for the next sweep holds only itself."""
+    import gc
+
+    from . import _check
+
+    for cached in (_check.cached_inputs, _check.cached_reference, _check.cached_norm):
+        cached.cache_clear()
+    gc.collect()
+
+
+_HANDLERS = {"check": _check, "interleave": _interleave, "forget": _forget}
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -248,6 +260,7 @@ class Worker:
         self.starts = 0
         self.requests = 0
         self.lanes: set[str] = set()  # every lane asked of it
+        self.gpu = False  # one of them is not a CPU lane
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self._log = tempfile.TemporaryFile()
 
@@ -279,20 +292,32 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def _asked(self, lanes: Iterable[str]) -> None:
+        """Note the lanes about to run in the child, and whether any is not a CPU lane."""
+        from ._registry import get_lane
+        from ._values import Platform
+
+        for name in set(lanes) - self.lanes:
+            self.lanes.add(name)
+            try:
+                self.gpu = self.gpu or get_lane(name).platform is not Platform.CPU
+            except Exception:  # a lane that cannot say: as if it were one
+                self.gpu = True
+
     def reusable(self) -> bool:
         """Worth keeping for another sweep: alive, idle, has served (one started ahead and
         never asked anything is not kept), not too old, and only CPU lanes ran in it (a GPU
         lane's context would hold device memory for as long as it idles)."""
-        from ._errors import LaneError
-        from ._registry import get_lane
-        from ._values import Platform
-
-        try:
-            cpu = all(get_lane(n).platform is Platform.CPU for n in self.lanes)
-        except LaneError:
-            cpu = False
-        return (self.alive() and not self.busy and cpu
+        return (self.alive() and not self.busy and not self.gpu
                 and 0 < self.requests < RETIRE_AFTER)
+
+    def idle(self) -> None:
+        """Let the child drop what the last sweep left in it, before it waits for the next."""
+        if self.alive() and not self.busy:
+            try:
+                self._call({"op": "forget"}, 30.0)  # not the sweep's: it may be a bad one
+            except _Dead:
+                pass
 
     def close(self) -> None:
         if not self.requests:
@@ -314,6 +339,8 @@ class Worker:
 
     def _call(self, req: dict[str, Any], timeout: float,
               meanwhile: Callable[[], None] | None = None) -> Any:
+        if self.busy:
+            self._kill()  # interrupted in a request: its late reply must not answer this one
         proc = self._start()
         self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None
@@ -340,6 +367,7 @@ class Worker:
             if not chunk:
                 code = proc.wait()
                 self.proc = None
+                self.busy = False
                 how = (f"killed by {signal.Signals(-code).name}" if code < 0
                        else f"exited with code {code}")
                 raise _Dead(Status.CRASHED, f"worker {how}\n" + self._log_since(offset))
@@ -375,7 +403,7 @@ class Worker:
         `meanwhile` is parent work (the previous trial's database writes) run while the child
         builds and verifies; the child starts timing only after it returns.
         """
-        self.lanes.add(lane)
+        self._asked([lane])
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
                "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
@@ -388,7 +416,7 @@ class Worker:
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
                    rounds: int = 5, repeats: int = 10, warmup: int = 3) -> list[list[float] | str]:
-        self.lanes.update(lane for lane, _ in candidates)
+        self._asked(lane for lane, _ in candidates)
         req = {"op": "interleave", "region": region, "candidates": list(candidates),
                "rounds": rounds, "repeats": repeats, "warmup": warmup}
         try:
@@ -435,6 +463,9 @@ def lease(timeout: float) -> Iterator[Worker]:
         yield worker
     finally:
         keep = worker.reusable()
+        if keep:
+            worker.idle()
+            keep = worker.reusable()
         with _SPARE_LOCK:
             keep = keep and not _SPARE
             if keep:

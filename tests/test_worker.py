@@ -51,3 +51,29 @@ def test_requests_that_never_time_still_take_their_go():
         assert bad.measurement.status is Status.INVALID
         good = w.check("numpy", REGION, Config(), 1e-3, warmup=0, repeats=2)
         assert good.measurement.status is Status.OK and w.starts == 1
+
+
+def test_a_request_interrupted_while_waiting_is_not_answered_by_its_late_reply(monkeypatch):
+    # Ctrl-C while the parent waits: the child still replies, later; the next request must get
+    # its own answer, never that one
+    from arbiter import _worker
+    from tests import fake_lanes
+
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    slow, fast = Config.of(block=1, unroll=1, fast=False), Config.of(block=4, unroll=2, fast=False)
+    with Worker(timeout=60) as w:
+        real = _worker.select.select
+
+        def interrupted(*a, **kw):
+            monkeypatch.setattr(_worker.select, "select", real)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(_worker.select, "select", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            w.check("fake_tiny", REGION, slow, 1e-3, warmup=0, repeats=5)
+        assert w.busy and not w.reusable()
+        out = w.check("fake_tiny", REGION, fast, 1e-3, warmup=0, repeats=5)
+    m = out.measurement
+    assert m.status is Status.OK and m.median == pytest.approx(1e-3, rel=0.05)  # fast's latency
+    assert w.starts == 2
