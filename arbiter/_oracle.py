@@ -173,7 +173,9 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float,
     # element was written and is finite (a float32 difference squared cannot overflow float64),
     # so the elements are counted one by one only for a faulty output
     untouched, nonfinite = (0, 0) if math.isfinite(sumsq) else _faults(flat_out)
-    max_abs = math.sqrt(max_sq)  # exactly the largest |difference|: sqrt(x*x) == |x|
+    # the largest |difference|, exactly (sqrt(x*x) == |x| while x*x does not underflow:
+    # below 1e-154, far under any budget)
+    max_abs = math.sqrt(max_sq)
     if untouched:
         return Verdict(Status.UNTOUCHED, None, None,
                        f"{untouched} of {out.size} elements unwritten")

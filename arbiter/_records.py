@@ -1,9 +1,9 @@
 """Reading and writing the record store in the terms the search speaks: results, winners.
 
-Each result is committed while the next candidate builds, before it is timed, so a killed
-sweep loses at most the trial in flight and one just finished. `choose` is the one place a
-winner is decided, from recorded numbers only, so a different budget at query time needs no
-new measurement.
+Each result is committed before the next candidate is timed (mostly while it builds; see
+`_search`), so a sweep killed outright loses at most the trial in flight and one just
+finished. `choose` is the one place a winner is decided, from recorded numbers only, so a
+different budget at query time needs no new measurement.
 """
 
 from __future__ import annotations

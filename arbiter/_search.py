@@ -82,7 +82,7 @@ def tune_region(
     def settle() -> None:
         """Record the result held back, and hand it on (to the studies or the sampler)."""
         while held:
-            lane, cfg, m, then = held.pop()
+            lane, cfg, m, then = held.pop(0)
             then(record(lane, cfg, m))
 
     def left() -> int:

@@ -83,9 +83,9 @@ def tune(
 
     `trials` is the number of distinct candidates per region to have measured on this machine
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
-    Returns one row per region (see README: `arbiter tune --json`). `worker`: the started
-    `Worker` to run the candidates in, which the caller closes (`arbiter.tune` starts it
-    before importing this module, so its start-up overlaps ours).
+    Returns one row per region (see README: `arbiter tune --json`). `worker`: the
+    `Worker` to run the candidates in, which the caller owns (`arbiter.tune` leases it before
+    importing this module, so a new one's start-up overlaps ours).
     """
     if trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
