@@ -12,8 +12,10 @@ trials per transaction) by `flush`, which the search hands to `Worker.check` as 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import inspect, text
@@ -27,7 +29,8 @@ from ._store.session import RACE_WAITS, per_file
 from ._study_rows import TrialWriter
 from ._values import Config
 
-__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
+__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params",
+           "storage_for"]
 
 FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
 FLUSH_AFTER_S = 2.0  # ... or fewer, this long after the last write
@@ -115,6 +118,28 @@ def _new_storage(url: str) -> Any:
     return storage
 
 
+_STORAGES_LOCK = threading.Lock()
+_OPENER: list[ThreadPoolExecutor] = []
+
+
+def storage_for(url: str) -> Any:
+    """Optuna's storage on `url`, opened once per file and process. Thread-safe: a region's
+    first worker window starts opening it in a thread (`Studies.flush`), and a caller that
+    needs it before that open is done waits for it."""
+    with _STORAGES_LOCK:
+        return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
+
+
+def _open_soon(url: str) -> None:
+    """Open Optuna's storage in a thread: a first open (0.1-0.4 s of imports and schema
+    work) is then done while the first candidate builds and checks, with the parent waiting
+    on the worker, not in a later window where the candidate's timing would wait for it. A
+    failure there is raised again, as a StoreError, where the study is opened."""
+    if not _OPENER:
+        _OPENER.append(ThreadPoolExecutor(1, thread_name_prefix="arbiter-optuna"))
+    _OPENER[0].submit(storage_for, url)
+
+
 def open_study(url: str, name: str) -> TrialWriter:
     """The study in the database (finished trials only), ready to be written to."""
     import optuna
@@ -122,7 +147,7 @@ def open_study(url: str, name: str) -> TrialWriter:
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
+    storage = storage_for(url)
     # nothing is sampled on this study; the sampler lives on the in-memory one
     study = optuna.create_study(study_name=name, storage=storage, sampler=RandomSampler(),
                                 direction="minimize", load_if_exists=True)
@@ -178,6 +203,9 @@ class Studies:
         `FLUSH_AFTER_S` since the last write (one transaction for several costs less than
         one each; the dashboard lags by about that). The records are already committed; a
         sweep killed before this write is caught up by the next run."""
+        if self.db is None and not self.p.measured:  # the region's first window
+            _open_soon(self.url)
+            return
         if self.db is not None and len(self.pending) < FLUSH_EVERY and (
                 not self.pending or time.monotonic() - self._written < FLUSH_AFTER_S):
             return

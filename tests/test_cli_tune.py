@@ -72,6 +72,27 @@ def test_bad_input_is_one_line_and_nonzero(env, args, text):
     assert len(lines) == 1 and lines[0].startswith("arbiter: error:") and text in lines[0]
 
 
+def test_optuna_tables_of_another_optuna_are_one_line_and_the_records_stay(env, tmp_path):
+    # the database study's storage is opened in a thread while the first candidate builds;
+    # its failure still ends the sweep with one line, and what was measured is recorded
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text('[[region]]\nname = "a"\nM = 8\nN = 16\nK = 8\nepilogue = ["relu"]\n')
+    second.write_text('[[region]]\nname = "b"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias", "relu"]\n')
+    arbiter(env, "tune", first, "--lanes", "numpy", "--trials", "1")
+    db = tmp_path / "arbiter.db"
+    con = sqlite3.connect(db)
+    con.execute("update alembic_version set version_num = 'v99.0.0.a'")
+    con.commit()
+    con.close()
+    p = arbiter(env, "tune", second, "--lanes", "numpy,fake_tiny", "--trials", "3", check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("arbiter: error: database") and "optuna" in lines[0]
+    # the first region's, and the second's first (measured before the study was due to open;
+    # the candidate in the worker then is dropped, not recorded)
+    assert len(_measured(db)) == 1 + 1
+
+
 def _measured(db: Path) -> list[tuple]:
     con = sqlite3.connect(db, timeout=30)
     try:
