@@ -3,10 +3,11 @@
 Our `candidates` table is the source of truth; both studies are rebuilt from it. The sampler
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
 trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
-recorded candidate: opened (Optuna's storage once per file and process, ~0.1-0.3 s of imports
-and schema checks; the study itself in milliseconds) and written (`TrialWriter`, a few
-trials per transaction) by `flush`, which the search hands to `Worker.check` as its
-`meanwhile`, so both overlap the next candidate's build and check and never its timing.
+recorded candidate: opened (Optuna's storage once per file and process, ~0.1-0.4 s of imports
+and schema checks, in a thread started in the region's first worker window; the study itself
+in milliseconds) and written (`TrialWriter`, a few trials per transaction) by `flush`, which
+the search hands to `Worker.check` as its `meanwhile`, so both overlap a candidate's build
+and check and never its timing.
 """
 
 from __future__ import annotations
