@@ -49,10 +49,11 @@ def plan(region: Any, lanes: list[Any], records: Records, region_id: int, env_id
     spaces = {n: ln.space(region) for n, ln in chosen.items()}
     measured = {(r.lane, r.config.key): r for r in records.results(region_id, env_id)
                 if r.lane in chosen}
-    if sum(1 for r in measured.values() if r.status is not Status.INVALID) >= trials:
+    done = Plan(chosen, spaces, None, trials, measured, {n: None for n in spaces})
+    if done.needed == 0:
         # finished already (a sweep run again): nothing will be searched, so the spaces are
         # not walked to count them (a few ms per lane and region)
-        return Plan(chosen, spaces, None, trials, measured, {n: None for n in spaces})
+        return done
     sizes = {n: space_size(s) for n, s in spaces.items()}
     counts = list(sizes.values())
     total = None if any(n is None for n in counts) else sum(counts)  # type: ignore[arg-type]
