@@ -33,9 +33,10 @@ def pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
 
 
 def unmeasured(p: Plan, pool: list[tuple[str, Config]], rng: random.Random,
-               busy: tuple[str, str] | None = None) -> tuple[str, Config] | None:
+               busy: tuple[str, str] | None = None,
+               draw: bool = True) -> tuple[str, Config] | None:
     """The first pool entry neither measured nor in flight (random draws for spaces too big
-    to list).
+    to list, unless `draw` is False: a look ahead must not move the generator).
 
     Recomputed on every call, not consumed: the study may hand back an older queued trial
     (left by a killed sweep) instead of the one just enqueued, and the pick must survive that.
@@ -44,7 +45,7 @@ def unmeasured(p: Plan, pool: list[tuple[str, Config]], rng: random.Random,
         if (lane, cfg.key) not in p.measured and (lane, cfg.key) != busy:
             return lane, cfg
     huge = sorted(ln for ln in p.spaces if p.sizes[ln] is None)
-    for _ in range(1000 if huge else 0):
+    for _ in range(1000 if huge and draw else 0):
         lane = rng.choice(huge)
         cfg = Config.of({t.name: rng.choice(t.choices) for t in p.spaces[lane].tunables})
         if ((lane, cfg.key) not in p.measured and (lane, cfg.key) != busy
@@ -106,11 +107,14 @@ class Asker:
             self.dupes += 1
         return None
 
-    def ask_ahead(self, busy: tuple[str, str]) -> None:
+    def ask_ahead(self, busy: tuple[str, str]) -> tuple[str, Config] | None:
         """While `busy` is in the worker (its result not recorded yet): ask for the one after
-        it, if one more will be needed; `next` hands it over."""
+        it, if one more will be needed; `next` hands it over. Returns its (lane, config)."""
         if self.p.needed > 1:
             self._ahead = [self.propose(busy)]
+            if self._ahead[0] is not None:
+                return self._ahead[0][1], self._ahead[0][2]
+        return None
 
     def next(self) -> tuple[Any, str, Config] | None:
         """The proposal asked ahead, else one asked now (the last one went to no worker, or

@@ -8,11 +8,14 @@ half-written library under a valid key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -21,22 +24,89 @@ from pathlib import Path
 from ._errors import BuildError
 from ._settings import settings
 
-__all__ = ["build_key", "cached_build", "compiler_identity", "run_tool", "version_text"]
+__all__ = ["build_key", "cached_build", "compiler_identity", "kill_tools_of", "run_tool",
+           "stop_tools", "version_text"]
+
+
+# The compiler each thread is running, so that another thread can stop it (the worker's build
+# of a candidate asked ahead, when another candidate comes instead); threads told to stop.
+_TOOLS: dict[int, subprocess.Popen[str]] = {}
+_STOPPED: set[int] = set()
+_TOOLS_LOCK = threading.Lock()
+
+
+def _kill_group(p: subprocess.Popen[str]) -> None:
+    # the compiler driver's own children (cc1, as, ld) are in its group
+    if p.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
 
 
 def run_tool(
-    argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None
+    argv: Sequence[str], timeout: float = 300.0, cwd: str | None = None, *,
+    stoppable: bool = False,
 ) -> tuple[int, str]:
-    """Run a compiler (never through a shell); returns (exit code, combined output)."""
+    """Run a compiler (never through a shell); returns (exit code, combined output).
+
+    The tool leads a process group of its own, killed whole on timeout or interrupt.
+    `stoppable`: a candidate's compile, which `stop_tools` may end (never a probe whose
+    answer is cached)."""
+    me = threading.get_ident()
     try:
-        p = subprocess.run(
-            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        with _TOOLS_LOCK:
+            if stoppable and me in _STOPPED:
+                return 125, f"{argv[0]}: not started, the build was stopped"
+            p = subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+            if stoppable:
+                _TOOLS[me] = p
     except FileNotFoundError:
         return 127, f"{argv[0]}: not found"
+    try:
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _kill_group(p)
+        p.communicate()
         return 124, f"{argv[0]}: timed out after {timeout:.0f}s"
-    return p.returncode, (p.stdout + p.stderr)
+    except BaseException:
+        _kill_group(p)
+        p.wait()
+        raise
+    finally:
+        if stoppable:
+            with _TOOLS_LOCK:
+                _TOOLS.pop(me, None)
+    return p.returncode, out + err
+
+
+def stop_tools(thread: int) -> None:
+    """Kill the compile `thread` is running and let it start no other: its build is not
+    wanted."""
+    with _TOOLS_LOCK:
+        _STOPPED.add(thread)
+        p = _TOOLS.get(thread)
+        if p is not None:
+            _kill_group(p)
+
+
+def forget_stopped(thread: int) -> None:
+    with _TOOLS_LOCK:
+        _STOPPED.discard(thread)
+
+
+def kill_tools_of(pid: int) -> None:
+    """Kill the tools process `pid` started (stop `pid` first): they lead groups of their own,
+    so they would outlive it."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        child = int(text[:text.index(" ")])
+        ppid, group = text[text.rindex(")") + 2:].split()[1:3]
+        if int(ppid) == pid and int(group) == child:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGKILL)
 
 
 @cache

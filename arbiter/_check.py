@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import secrets
 import traceback
-from collections.abc import Callable
-from functools import lru_cache
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -38,37 +39,79 @@ def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Me
         return Measurement(Status.COMPILE_FAILED, log=f"{e}\n{e.log}")
 
 
-@lru_cache(maxsize=6)
-def cached_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs, read-only so an in-process lane cannot alter what the next is checked on."""
-    arrays = random_inputs(region, seed)
+@dataclass(frozen=True)
+class Case:
+    """One seed's inputs and what the oracle says of them.
+
+    The inputs are read-only, so an in-process lane cannot alter what the next candidate is
+    checked on. `timing` is a read-only copy of them, for timing: a kernel that writes to its
+    inputs while it is timed must not change them either. `out` is the output buffer every
+    candidate runs into, poisoned before each run (a fresh one costs as much in page faults
+    as the comparison)."""
+
+    inputs: dict[str, np.ndarray]
+    reference: np.ndarray
+    norm: float
+    timing: dict[str, np.ndarray]
+    out: np.ndarray
+
+
+def _frozen(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for a in arrays.values():
         a.flags.writeable = False
     return arrays
 
 
-@lru_cache(maxsize=4)
-def cached_reference(region: Region, seed: int) -> np.ndarray:
-    # A sweep draws its seeds once, so the float64 oracle (seconds for a large region) runs
-    # once per region and seed in a worker, not once per candidate.
-    return reference(region, cached_inputs(region, seed))
+def _case(region: Region, seed: int) -> Case:
+    arrays = _frozen(random_inputs(region, seed))
+    ref = reference(region, arrays)
+    return Case(arrays, ref, frobenius(ref), _frozen({k: a.copy() for k, a in arrays.items()}),
+                np.empty(output_shape(region), np.float32))
 
 
-@lru_cache(maxsize=4)
-def cached_norm(region: Region, seed: int) -> float:
-    return frobenius(cached_reference(region, seed))
+# A sweep draws its seeds once, so the float64 oracle (seconds for a large region) runs once
+# per region and seed in a worker, not once per candidate. The cases of the seeds last asked
+# for are kept (a sweep goes region by region; a large region's take GBs).
+_CASES: OrderedDict[tuple[Region, int], Case] = OrderedDict()
+KEEP_CASES = 2
 
 
-def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> tuple[Verdict, str]:
-    """Run on each seed's inputs into a poisoned output; the worst verdict wins."""
+def cases(region: Region, seeds: list[int]) -> list[Case]:
+    """Each seed's Case, made on first use."""
+    for seed in seeds:
+        if (region, seed) not in _CASES:
+            _CASES[(region, seed)] = _case(region, seed)
+    for seed in seeds:
+        _CASES.move_to_end((region, seed))
+    while len(_CASES) > max(KEEP_CASES, len(seeds)):
+        _CASES.popitem(last=False)
+    return [_CASES[(region, s)] for s in seeds]
+
+
+def forget_cases() -> None:
+    _CASES.clear()
+
+
+def timing_sets(region: Region, seeds: list[int]) -> list[dict[str, np.ndarray]]:
+    """Inputs to time on: the seeds' timing copies when their cases are made, else inputs
+    drawn without a reference (re-timing needs no oracle)."""
+    if all((region, s) in _CASES for s in seeds):
+        return [c.timing for c in cases(region, seeds)]
+    return [random_inputs(region, s) for s in seeds]
+
+
+def _run_all(runner: Runner, chosen: list[Case]) -> None:
+    for case in chosen:
+        poison(case.out)
+        runner.run(case.inputs, case.out)
+
+
+def _judge(seeds: list[int], chosen: list[Case], budget: float) -> tuple[Verdict, str]:
+    """Compare each seed's output with its reference; the first failure or the worst error."""
     worst: Verdict | None = None
     log = []
-    for seed in seeds:
-        inputs = cached_inputs(region, seed)
-        out = np.empty(output_shape(region), np.float32)
-        poison(out)
-        runner.run(inputs, out)
-        v = compare(out, cached_reference(region, seed), budget, cached_norm(region, seed))
+    for seed, case in zip(seeds, chosen):
+        v = compare(case.out, case.reference, budget, case.norm)
         log.append(f"seed {seed}: {v.status.value} rel_error={v.rel_error} {v.detail}".rstrip())
         if v.status is not Status.OK:
             return v, "\n".join(log)
@@ -76,6 +119,28 @@ def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> t
             worst = v
     assert worst is not None
     return worst, "\n".join(log)
+
+
+def verify(runner: Runner, region: Region, budget: float, seeds: list[int]) -> tuple[Verdict, str]:
+    """Run on each seed's inputs into a poisoned output, then compare; the worst verdict wins."""
+    chosen = cases(region, seeds)
+    _run_all(runner, chosen)
+    return _judge(seeds, chosen, budget)
+
+
+class Gate(Protocol):
+    """The trial worker's hold on timing: the parent's own work must be done before a
+    candidate is timed (its `go`), and other work may start once it is timed."""
+
+    def early(self) -> bool:
+        """Time before comparing? (The go has come, and there is work to overlap with the
+        comparison once the candidate is timed.)"""
+
+    def wait(self) -> None:
+        """Block until the go."""
+
+    def timed(self) -> None:
+        """The candidate is timed: the next one may start building."""
 
 
 def fresh_seeds(n: int) -> list[int]:
@@ -92,13 +157,19 @@ def check_candidate(
     warmup: int = 0,
     repeats: int = 0,
     input_sets: int = 2,
-    before_timing: Callable[[], None] | None = None,
+    gate: Gate | None = None,
+    built: Artifact | Measurement | None = None,
 ) -> Measurement:
-    """Build, verify on fresh random inputs (two seeds by default), then optionally time.
+    """Build (unless `built` is given), verify on fresh random inputs (two seeds by default),
+    then optionally time.
 
-    Timing only happens for a candidate that passed: a wrong fast kernel never gets a latency.
+    A latency counts only for a candidate that passed: a wrong fast kernel never gets one. The
+    comparison comes first, unless the `gate` says otherwise (`Gate.early`); then the
+    candidate is timed first and compared while the next one builds, and a timing without a
+    passing check is dropped.
     """
-    built = build_candidate(lane, region, config)
+    if built is None:
+        built = build_candidate(lane, region, config)
     if isinstance(built, Measurement):
         return built
     seeds = seeds if seeds is not None else fresh_seeds(2)
@@ -108,17 +179,37 @@ def check_candidate(
         return Measurement(Status.LAUNCH_FAILED, compile_seconds=built.compile_seconds,
                            log=f"load failed: {e}")
     try:
-        verdict, log = verify(runner, region, budget, seeds)
-        if verdict.status is not Status.OK or repeats <= 0:
-            return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
-                               compile_seconds=built.compile_seconds,
-                               timing_method=runner.timing_method, log=log)
-        # inputs of their own: a kernel that writes to its inputs while it is timed must
-        # not change what the next candidates are checked on
-        sets = [cached_inputs(region, s + 7919) for s in seeds[:input_sets]]
-        if before_timing is not None:
-            before_timing()
-        samples = runner.time(sets, warmup=warmup, repeats=repeats)
+        chosen = cases(region, seeds)
+        _run_all(runner, chosen)
+        later = repeats > 0 and gate is not None and gate.early()
+        if not later:
+            verdict, log = _judge(seeds, chosen, budget)
+            if verdict.status is not Status.OK or repeats <= 0:
+                return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
+                                   compile_seconds=built.compile_seconds,
+                                   timing_method=runner.timing_method, log=log)
+        sets = [c.timing for c in chosen[:input_sets]]
+        if gate is not None:
+            gate.wait()
+        try:
+            samples = runner.time(sets, warmup=warmup, repeats=repeats)
+        except RuntimeError:
+            if later:  # a wrong result is the better answer, when it is one
+                verdict, log = _judge(seeds, chosen, budget)
+                if verdict.status is not Status.OK:
+                    return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
+                                       compile_seconds=built.compile_seconds,
+                                       timing_method=runner.timing_method, log=log)
+            raise
+        if gate is not None:
+            gate.timed()
+        if later:
+            verdict, log = _judge(seeds, chosen, budget)
+            if verdict.status is not Status.OK:
+                return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
+                                   compile_seconds=built.compile_seconds,
+                                   timing_method=runner.timing_method,
+                                   log=log + "\ntimed before this check: the timing is dropped")
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)
     except InputError:

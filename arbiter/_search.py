@@ -28,6 +28,8 @@ from ._studies import Studies
 from ._values import Config, Measurement, Status
 from ._worker import Worker
 
+Expected = tuple[str, Config] | None  # the candidate expected after the one in the worker
+
 __all__ = ["RegionTuning", "finals", "study_name", "tune_region"]
 
 FINALISTS = 3
@@ -104,18 +106,19 @@ def tune_region(
         return record(lane, cfg, m)
 
     def measure(lane: str, cfg: Config, then: Callable[[Result], None],
-                meanwhile: Callable[[], None] = studies.flush) -> Measurement:
+                meanwhile: Callable[[], Expected] = studies.flush) -> Measurement:
         """Check one candidate; its result is held, to be recorded and passed to `then` by
-        the next candidate's `meanwhile` or by `settle`."""
+        the next candidate's `meanwhile` or by `settle`. `meanwhile` returns the candidate
+        expected next, if it knows it: the worker builds that one ahead."""
         m = refused(lane, cfg)
         if m is not None:
             settle()
             then(record(lane, cfg, m))
             return m
 
-        def window() -> None:
+        def window() -> Expected:
             settle()
-            meanwhile()
+            return meanwhile()
 
         m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
                          warmup=warmup, repeats=repeats, seeds=seeds,
@@ -139,7 +142,12 @@ def tune_region(
                 pick = unmeasured(p, candidates, rng, in_flight())
                 if pick is None:
                     break
-                measure(*pick, studies.recorded)
+
+                def following(busy: tuple[str, str] = (pick[0], pick[1].key)) -> Expected:
+                    studies.flush()
+                    return unmeasured(p, candidates, rng, busy, draw=False)
+
+                measure(*pick, studies.recorded, following)
             if not enumerate_all and left() > 0:
                 settle()  # the sampler's study starts from every result
                 asker = Asker(studies.memory(), p, candidates, rng, budget, refuse=refuse,
@@ -148,9 +156,9 @@ def tune_region(
                 while nxt is not None:
                     trial, lane, cfg = nxt
 
-                    def meanwhile(busy: tuple[str, str] = (lane, cfg.key)) -> None:
+                    def meanwhile(busy: tuple[str, str] = (lane, cfg.key)) -> Expected:
                         studies.flush()
-                        asker.ask_ahead(busy)
+                        return asker.ask_ahead(busy)
 
                     m = measure(lane, cfg, partial(asker.told, trial), meanwhile)
                     if not asker.stands(m):
@@ -163,14 +171,16 @@ def tune_region(
     finally:
         settle()  # a finished trial is kept even when the sweep stops here (Ctrl-C)
     if out.new or refinal or records.winner(region_id, env_id, budget) is None:
-        out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget)
+        out.choice = finals(region, p, records, worker, region_id, env_id, lane_ids, budget,
+                            seeds)
         if out.choice is not None:
             records.save_winner(region_id, env_id, budget, out.choice)
     return out
 
 
 def finals(region: Any, p: Plan, records: Records, worker: Worker, region_id: int,
-           env_id: int, lane_ids: dict[str, int], budget: float) -> Choice | None:
+           env_id: int, lane_ids: dict[str, int], budget: float,
+           seeds: list[int] | None = None) -> Choice | None:
     """Re-time the top few interleaved (A B C A B C ...) and choose among those numbers."""
     # cast: fits() implies a timed result, so median is set
     fit = sorted((r for r in p.measured.values() if r.fits(budget)),
@@ -178,7 +188,7 @@ def finals(region: Any, p: Plan, records: Records, worker: Worker, region_id: in
     top = fit[:FINALISTS]
     if len(top) < 2:
         return choose(top, budget)
-    samples = worker.interleave(region, [(r.lane, r.config) for r in top])
+    samples = worker.interleave(region, [(r.lane, r.config) for r in top], seeds=seeds)
     final: list[Result] = []
     for r, s in zip(top, samples):
         if isinstance(s, str):

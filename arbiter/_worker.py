@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import pickle
 import select
@@ -32,6 +33,7 @@ from ._values import Config, Measurement, Status
 __all__ = ["Outcome", "Worker", "lease"]
 
 _HEADER = struct.Struct("<Q")
+Meanwhile = Callable[[], "tuple[str, Config] | None"] | None
 LOG_TAIL = 4000
 _SETTINGS = "ARBITER_"
 # a worker this old is not kept for another sweep: the x86 lane's libraries stay mapped in it
@@ -49,6 +51,7 @@ class Outcome:
     gate_s: float = 0.0  # waiting, before timing, for the parent to finish its own work
     work_s: float = 0.0  # the whole request in the child
     wall_s: float = 0.0  # the whole request seen by the parent
+    built_ahead_s: float = 0.0  # building in the background, before the request came
 
 
 # ---------------------------------------------------------------------------------- child side
@@ -97,39 +100,148 @@ class _TimedRunner:
             self._runner.run(inputs, out)
 
 
+class _Ahead:
+    """The candidate the parent expects next, built in a thread once the current one is timed,
+    while it is compared and its result goes back."""
+
+    def __init__(self, lane: str, region: Any, config: Config) -> None:
+        self.key = (lane, region, config)
+        self.built: Any = None
+        self.start = self.end = time.perf_counter()
+        self.thread = threading.Thread(target=self._build, daemon=True)
+        self.thread.start()
+
+    def _build(self) -> None:
+        from ._check import build_candidate
+        from ._registry import get_lane
+
+        try:
+            self.built = build_candidate(get_lane(self.key[0]), self.key[1], self.key[2])
+        except Exception:  # noqa: BLE001  the request for it builds again and reports
+            self.built = None
+        self.end = time.perf_counter()
+
+    def drop(self) -> None:
+        """Not wanted after all: its compiler is killed (it must not run while another
+        candidate is timed)."""
+        from ._build import forget_stopped, stop_tools
+
+        ident = self.thread.ident
+        assert ident is not None
+        stop_tools(ident)
+        self.thread.join()
+        forget_stopped(ident)
+
+
+_AHEAD: list[_Ahead] = []
+
+
+def _take_ahead(lane: str | None = None, region: Any = None,
+                config: Config | None = None) -> _Ahead | None:
+    """The background build of (lane, region, config), finished; any other is dropped."""
+    ahead = _AHEAD.pop() if _AHEAD else None
+    if ahead is None:
+        return None
+    if ahead.key != (lane, region, config):
+        ahead.drop()
+        return None
+    ahead.thread.join()
+    return ahead
+
+
+# Outputs at least this large are compared while the next candidate builds: two comparisons
+# then cost more (~1 ms for 2 x 256K elements) than a build in the background costs the rest
+# of the trial (a thread, the compiler's processes next to the parent's and the worker's);
+# below it, the whole-spec sweep ran slower with it (BENCHMARKS.md).
+AHEAD_MIN_ELEMENTS = 1 << 18
+
+
+class _Go:
+    """A check request's gate (`_check.Gate`): the parent's "go" message, which may name the
+    candidate it expects next."""
+
+    def __init__(self, region: Any) -> None:
+        from ._inputs import output_shape
+
+        self.region, self.pending = region, True
+        self.next: tuple[str, Config] | None = None
+        self.clock = 0.0
+        try:
+            size = math.prod(output_shape(region)) if region is not None else 0
+        except Exception:  # noqa: BLE001  not a region: the check itself says so
+            size = 0
+        self.ahead = size >= AHEAD_MIN_ELEMENTS
+
+    def early(self) -> bool:
+        if self.ahead and self.pending and select.select([0], [], [], 0)[0]:
+            self.wait()  # it has come: reading it does not wait
+        return not self.pending and self._builds_next()
+
+    def _builds_next(self) -> bool:
+        return self.ahead and self.next is not None and _cpu_lane(self.next[0])
+
+    def wait(self) -> None:
+        if not self.pending:
+            return
+        t0 = time.perf_counter()
+        self.pending = False
+        go = _receive()
+        if go is None:
+            raise SystemExit(0)  # parent gone
+        self.next = go.get("next")
+        self.clock += time.perf_counter() - t0
+
+    def timed(self) -> None:
+        if not _AHEAD and self.next is not None and self._builds_next():
+            lane, config = self.next
+            _AHEAD.append(_Ahead(lane, self.region, config))
+
+
+def _cpu_lane(name: str) -> bool:
+    """Only a CPU lane's build runs in the background: a GPU lane's may open a device context,
+    and a worker that ran none is kept idle between sweeps."""
+    from ._registry import get_lane
+    from ._values import Platform
+
+    try:
+        return get_lane(name).platform is Platform.CPU
+    except Exception:  # noqa: BLE001  the request for it will say what is wrong
+        return False
+
+
 def _check(req: dict[str, Any]) -> Outcome:
     from ._check import check_candidate
     from ._registry import get_lane
 
-    clock = {"build": 0.0, "timing": 0.0, "verify": 0.0, "gate": 0.0}
+    clock = {"build": 0.0, "timing": 0.0, "verify": 0.0}
     t0 = time.perf_counter()
+    ahead = _take_ahead(req["lane"], req["region"], req["config"])
+    ahead_s = 0.0
+    if ahead is not None:
+        ahead_s = max(0.0, min(ahead.end, t0) - ahead.start)
+        clock["build"] = max(0.0, ahead.end - t0)  # waited for the rest of it
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
-
-    def gate() -> None:
-        with _counted(clock, "gate"):
-            req["_gate"]()
-
+    gate: _Go = req["_gate"]
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
                         seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"],
-                        before_timing=gate)
+                        gate=gate, built=ahead.built if ahead is not None else None)
     if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
         # timed because it is inside the ceiling (a looser budget may want it later), but it
         # fails this sweep's budget
         m = Measurement(Status.WRONG_RESULT, m.rel_error, m.max_abs, m.samples, m.timing_method,
                         m.compile_seconds, m.log + f"\nover budget {budget:g}")
-    return Outcome(m, clock["build"], clock["timing"], clock["verify"], clock["gate"],
-                   time.perf_counter() - t0)
+    return Outcome(m, clock["build"], clock["timing"], clock["verify"], gate.clock,
+                   time.perf_counter() - t0, built_ahead_s=ahead_s)
 
 
 def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
     """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
-    from ._check import build_candidate, fresh_seeds
-    from ._inputs import random_inputs
+    from ._check import build_candidate, fresh_seeds, timing_sets
     from ._registry import get_lane
 
     region = req["region"]
-    sets = [random_inputs(region, s) for s in fresh_seeds(2)]
+    sets = timing_sets(region, req.get("seeds") or fresh_seeds(2))
     runners: list[Any] = []
     for lane_name, config in req["candidates"]:
         lane = get_lane(lane_name)
@@ -158,10 +270,9 @@ def _forget(req: dict[str, Any]) -> None:
     a worker kept idle for the next sweep holds only itself."""
     import gc
 
-    from . import _check
+    from ._check import forget_cases
 
-    for cached in (_check.cached_inputs, _check.cached_reference, _check.cached_norm):
-        cached.cache_clear()
+    forget_cases()
     gc.collect()
 
 
@@ -213,24 +324,32 @@ def _serve() -> None:
 
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # lane prints go to the log, not into the protocol
+    try:
+        _serve_requests(reply_fd)
+    finally:
+        _take_ahead()  # its compiler must not outlive the worker
+
+
+def _serve_requests(reply_fd: int) -> None:
     while (req := _receive()) is not None:
-        _use_settings(req.pop("settings", None))
+        env = req.pop("settings", None)
+        if env is not None and env != _settings_now():
+            _take_ahead()  # built under other settings (another cache)
+        _use_settings(env)
         # Every check request is followed by one "go" from the parent once its own work for
         # the previous trial is done; timing waits for it, so the parent's database writes
-        # overlap this candidate's build and verification, never its timing.
-        pending = [True]
-
-        def wait_go(pending: list[bool] = pending) -> None:
-            if pending and pending.pop() and _receive() is None:
-                raise SystemExit(0)  # parent gone
-
-        req["_gate"] = wait_go
+        # overlap this candidate's build and verification, never its timing. Nothing else
+        # builds in the background then either.
+        gate = req["_gate"] = _Go(req.get("region") if req["op"] == "check" else None)
+        if req["op"] != "check":
+            _take_ahead()
         try:
             reply: Any = ("ok", _HANDLERS[req["op"]](req))
         except Exception:  # a lane raising something unexpected is a result, not a crash
             reply = ("error", traceback.format_exc(limit=8))
         if req["op"] == "check":
-            wait_go()  # a candidate that never reached timing still takes its "go"
+            gate.wait()  # a candidate that never reached timing still takes its "go"
+            gate.timed()
         _send(reply_fd, reply)
 
 
@@ -284,6 +403,14 @@ class Worker:
 
     def _kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            if self.requests:
+                # the compilers it started lead groups of their own: stopped, it starts no
+                # other while they are found and killed
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGSTOP)
+                from ._build import kill_tools_of
+
+                kill_tools_of(self.proc.pid)
             self.proc.kill()
             self.proc.wait()
         self.proc = None
@@ -337,8 +464,7 @@ class Worker:
         self._log.seek(0, os.SEEK_END)
         return text[-LOG_TAIL:]
 
-    def _call(self, req: dict[str, Any], timeout: float,
-              meanwhile: Callable[[], None] | None = None) -> Any:
+    def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None) -> Any:
         if self.busy:
             self._kill()  # interrupted in a request: its late reply must not answer this one
         proc = self._start()
@@ -381,27 +507,26 @@ class Worker:
                     raise _Dead(Status.LAUNCH_FAILED, value)
                 return value
 
-    def _meanwhile_then_go(self, proc: subprocess.Popen[bytes],
-                           meanwhile: Callable[[], None] | None) -> None:
+    def _meanwhile_then_go(self, proc: subprocess.Popen[bytes], meanwhile: Meanwhile) -> None:
         assert proc.stdin is not None
         try:
-            if meanwhile is not None:
-                meanwhile()
+            expected = meanwhile() if meanwhile is not None else None
         except BaseException:
             # the parent's own error, never the candidate's: it propagates, and the child goes
             # (its reply would be read by the next request)
             self._kill()
             raise
-        _send_to(proc, {"op": "go"})
+        _send_to(proc, {"op": "go", "next": expected})
 
     def check(self, lane: str, region: Any, config: Config, budget: float, *,
               ceiling: float | None = None, warmup: int = 3, repeats: int = 15,
-              seeds: Sequence[int] | None = None,
-              meanwhile: Callable[[], None] | None = None) -> Outcome:
+              seeds: Sequence[int] | None = None, meanwhile: Meanwhile = None) -> Outcome:
         """Build, verify (on `seeds`, else fresh ones), then time; failures are Outcomes.
 
         `meanwhile` is parent work (the previous trial's database writes) run while the child
-        builds and verifies; the child starts timing only after it returns.
+        builds and verifies; the child starts timing only after it returns. It may return the
+        candidate (lane, config) of this region expected next: the child builds that one
+        while it compares this one's output and sends its result.
         """
         self._asked([lane])
         req = {"op": "check", "lane": lane, "region": region, "config": config,
@@ -415,10 +540,14 @@ class Worker:
         return replace(out, wall_s=time.perf_counter() - t0)
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
-                   rounds: int = 5, repeats: int = 10, warmup: int = 3) -> list[list[float] | str]:
+                   rounds: int = 5, repeats: int = 10, warmup: int = 3,
+                   seeds: Sequence[int] | None = None) -> list[list[float] | str]:
+        """Time finalists round-robin on `seeds`' inputs (the sweep's, whose copies the child
+        keeps), else on fresh ones; a string is a failure."""
         self._asked(lane for lane, _ in candidates)
         req = {"op": "interleave", "region": region, "candidates": list(candidates),
-               "rounds": rounds, "repeats": repeats, "warmup": warmup}
+               "rounds": rounds, "repeats": repeats, "warmup": warmup,
+               "seeds": list(seeds) if seeds is not None else None}
         try:
             return self._call(req, self.timeout * max(1, len(candidates)))
         except _Dead as d:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from arbiter.lanes.vendor_numpy.lane import compute
 
+from arbiter._build import run_tool
 from arbiter._errors import BuildError, EmitError
 from arbiter._inputs import validate_inputs, validate_output
 from arbiter._region import Region
@@ -213,3 +214,30 @@ class Device(Tiny):
 device = Device()
 LANES[device.name] = device
 _ATTRS += ("device",)
+
+
+class SlowBuild(Tiny):
+    """`Tiny` whose build runs a compiler that takes 30 s (a `sleep`)."""
+
+    name = "fake_slow_build"
+
+    def build(self, source):
+        rc, log = run_tool(["sleep", "30"], stoppable=True)
+        if rc != 0:
+            raise BuildError(f"compile failed (exit {rc})", log)
+        return super().build(source)
+
+
+class SlowGarbage(Garbage):
+    """`Garbage` whose every run takes a while: the parent's go comes before the runs end."""
+
+    name = "fake_slow_garbage"
+
+    def fill(self, region, a, out, config):
+        time.sleep(0.1)
+        super().fill(region, a, out, config)
+
+
+slow_build, slow_garbage = SlowBuild(), SlowGarbage()
+LANES.update({slow_build.name: slow_build, slow_garbage.name: slow_garbage})
+_ATTRS += ("slow_build", "slow_garbage")

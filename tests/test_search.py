@@ -366,3 +366,30 @@ def test_database_study_behind_the_records_catches_up_on_the_next_run(env):
     assert row["new_trials"] == 0  # nothing measured again
     ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
     assert sorted(ids) == _candidates(env)
+
+
+@pytest.mark.parametrize("trials", [100, 12])  # a space enumerated, a space sampled
+def test_each_next_candidate_is_built_while_the_one_before_is_compared(env, monkeypatch,
+                                                                        trials):
+    from arbiter import RowwiseRegion
+    from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
+
+    big = RowwiseRegion(512, AHEAD_MIN_ELEMENTS // 512, name="big", epilogue=("gelu",))
+    seen = []
+    check = Worker.check
+
+    def watched(self, lane, region, config, *a, **kw):
+        out = check(self, lane, region, config, *a, **kw)
+        seen.append((lane, config, out.built_ahead_s))
+        return out
+
+    monkeypatch.setattr(Worker, "check", watched)
+    [row] = arbiter.tune(big, db=env, trials=trials, lanes=["fake_tiny"], seed=3)
+    assert row["config"] == {"block": 4, "unroll": 2, "fast": False}
+    ahead = [s > 0 for _, _, s in seen]
+    assert len(seen) == min(trials, 18)  # the configs the rule allows, each once
+    # the lane's default, first, names no next one; when enumerating, every one after the
+    # candidate following it was the one expected; sampling drops some (a new best: a new ask)
+    assert not any(ahead[:2])
+    assert all(ahead[2:]) if trials > 18 else sum(ahead) >= len(seen) // 2
+    assert len({(lane, c.key) for lane, c, _ in seen}) == len(seen)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
-from arbiter import Config, FusedRegion, Status
-from arbiter._worker import Worker
+from arbiter import Config, FusedRegion, RowwiseRegion, Status
+from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
+from tests import fake_lanes
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
+# large enough that the worker compares its outputs while the next candidate builds
+BIG = RowwiseRegion(512, AHEAD_MIN_ELEMENTS // 512, name="big", epilogue=("bias", "gelu"))
 
 
 def test_timing_waits_for_the_parents_work():
@@ -77,3 +81,113 @@ def test_a_request_interrupted_while_waiting_is_not_answered_by_its_late_reply(m
     m = out.measurement
     assert m.status is Status.OK and m.median == pytest.approx(1e-3, rel=0.05)  # fast's latency
     assert w.starts == 2
+
+
+def _fakes(monkeypatch, *names: str) -> None:
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes(*names))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is `pid`: pid -> name."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
+        state, ppid = rest.split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found[int(text[:text.index(" ")])] = name
+    return found
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_candidate_expected_next_is_built_while_this_one_is_compared(tmp_path, monkeypatch):
+    from arbiter._registry import get_lane
+
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path))
+    first, second = list(get_lane("x86_c").space(BIG).configs())[:2]
+    with Worker(timeout=120) as w:
+        a = w.check("x86_c", BIG, first, 1e-3, warmup=1, repeats=3,
+                    meanwhile=lambda: ("x86_c", second))
+        b = w.check("x86_c", BIG, second, 1e-3, warmup=1, repeats=3)
+    assert a.measurement.status is Status.OK and b.measurement.status is Status.OK
+    assert len(b.measurement.samples) == 3 and b.measurement.rel_error < 1e-5
+    assert b.built_ahead_s > 0  # its compile began before its request came
+    # its compile time is recorded, although its request found it built or under way
+    assert b.measurement.compile_seconds > 0
+
+
+SLOW_BUILD = ("fake_slow_build", Config.of(block=4, unroll=2, fast=False))
+ONE, OTHER = Config.of(block=4, unroll=2, fast=False), Config.of(block=2, unroll=2, fast=False)
+
+
+def _ahead_sleeping(w: Worker) -> int:
+    """Check ONE, naming the slow build as next; the pid of that build's 30 s compiler."""
+    a = w.check("fake_tiny", BIG, ONE, 1e-3, warmup=0, repeats=3, meanwhile=lambda: SLOW_BUILD)
+    assert a.measurement.status is Status.OK and w.proc is not None
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        sleeping = [p for p, name in _children(w.proc.pid).items() if name == "sleep"]
+        if sleeping:
+            return sleeping[0]
+        time.sleep(0.02)
+    raise AssertionError("the build ahead never started")
+
+
+def test_a_build_ahead_that_is_not_wanted_is_stopped(monkeypatch):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    with Worker(timeout=60) as w:
+        compiler = _ahead_sleeping(w)
+        t0 = time.perf_counter()
+        b = w.check("fake_tiny", BIG, OTHER, 1e-3, warmup=0, repeats=3)
+        took = time.perf_counter() - t0
+        assert b.measurement.status is Status.OK
+        assert took < 10 and _gone(compiler)  # its 30 s compiler was killed, not waited for
+
+
+@pytest.mark.parametrize("how", ["close", "kill", "interleave"])
+def test_no_build_ahead_outlives_the_worker_or_runs_beside_other_work(monkeypatch, how):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    with Worker(timeout=60) as w:
+        compiler = _ahead_sleeping(w)
+        t0 = time.perf_counter()
+        if how == "close":
+            w.close()
+        elif how == "kill":  # what a timeout or an interrupted request does
+            w._kill()
+        else:
+            got = w.interleave(BIG, [("fake_tiny", ONE), ("fake_tiny", OTHER)], rounds=1,
+                               repeats=2)
+            assert all(isinstance(x, list) for x in got)
+        assert _gone(compiler) and time.perf_counter() - t0 < 10
+
+
+def test_a_candidate_timed_before_its_check_keeps_no_latency_when_it_fails(monkeypatch):
+    _fakes(monkeypatch, "fake_slow_garbage", "fake_tiny")
+    with Worker(timeout=60) as w:
+        out = w.check("fake_slow_garbage", BIG, Config(), 1e-3, warmup=0, repeats=3,
+                      meanwhile=lambda: ("fake_tiny", ONE))
+    m = out.measurement
+    assert m.status is Status.WRONG_RESULT and m.rel_error > 0.5
+    assert m.samples == () and m.median is None and "timing is dropped" in m.log
+
+
+def test_a_check_of_something_not_a_region_is_an_error_not_a_crash():
+    with Worker(timeout=60) as w:
+        out = w.check("numpy", "not a region", Config(), 1e-3, warmup=0, repeats=1)
+        assert out.measurement.status is Status.LAUNCH_FAILED and w.starts == 1

@@ -49,7 +49,8 @@ def build(source: KernelSource, lane_version: str) -> Artifact:
     def compile_to(tmp: Path, target: Path) -> tuple[int, str]:
         src = tmp / "kernel.c"
         src.write_text(source.text)
-        return run_tool([cc, *flags, str(src), "-o", str(target)], cwd=str(tmp))
+        return run_tool([cc, *flags, str(src), "-o", str(target)], cwd=str(tmp),
+                        stoppable=True)
 
     path, seconds, cached, log = cached_build(key, ".so", compile_to)
     return Artifact(source.lane, key, source, str(path), seconds, cached, log)

@@ -1,0 +1,48 @@
+"""Compiler runs: a build nobody wants any more is stopped, a hung one is killed whole."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from arbiter._build import forget_stopped, run_tool, stop_tools
+
+
+def test_a_stopped_build_kills_its_tool_and_starts_no_other():
+    done: list[tuple[tuple[int, str], tuple[int, str]]] = []
+    t = threading.Thread(target=lambda: done.append((
+        run_tool(["sleep", "30"], stoppable=True), run_tool(["sleep", "30"], stoppable=True))))
+    t0 = time.perf_counter()
+    t.start()
+    time.sleep(0.3)
+    assert t.ident is not None
+    stop_tools(t.ident)
+    t.join(10)
+    forget_stopped(t.ident)
+    assert not t.is_alive() and time.perf_counter() - t0 < 10
+    (rc1, _), (rc2, log2) = done[0]
+    assert rc1 != 0 and rc2 == 125 and "stopped" in log2
+
+
+def test_a_tool_past_its_timeout_is_killed_with_its_children():
+    # the child holds the output pipe open: unless the whole group dies, this waits 30 s
+    t0 = time.perf_counter()
+    rc, log = run_tool(["sh", "-c", "sleep 30 & wait"], timeout=0.5)
+    assert rc == 124 and "timed out" in log and time.perf_counter() - t0 < 10
+
+
+def test_a_tool_reports_its_exit_code_and_output():
+    assert run_tool(["sh", "-c", "echo out; echo err >&2; exit 3"]) == (3, "out\nerr\n")
+    assert run_tool(["/nonexistent/cc"])[0] == 127
+
+
+def test_a_probe_is_never_stopped():
+    # a probe's answer is cached for the process: a killed one would be cached as the answer
+    me = threading.get_ident()
+    stop_tools(me)
+    try:
+        assert run_tool(["sh", "-c", "echo probed"]) == (0, "probed\n")
+        assert run_tool(["true"], stoppable=True)[0] == 125
+    finally:
+        forget_stopped(me)
+    assert run_tool(["true"], stoppable=True)[0] == 0
