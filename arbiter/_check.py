@@ -132,9 +132,10 @@ class Gate(Protocol):
     """The trial worker's hold on timing: the parent's own work must be done before a
     candidate is timed (its `go`), and other work may start once it is timed."""
 
-    def early(self) -> bool:
+    def early(self, built: Artifact) -> bool:
         """Time before comparing? (The go has come, and there is work to overlap with the
-        comparison once the candidate is timed.)"""
+        comparison once the candidate is timed: none in a sweep whose builds, `built` among
+        them, are cache hits.)"""
 
     def wait(self) -> None:
         """Block until the go."""
@@ -181,7 +182,7 @@ def check_candidate(
     try:
         chosen = cases(region, seeds)
         _run_all(runner, chosen)
-        later = repeats > 0 and gate is not None and gate.early()
+        later = repeats > 0 and gate is not None and gate.early(built)
         if not later:
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK or repeats <= 0:

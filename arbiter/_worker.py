@@ -166,19 +166,23 @@ class _Go:
         self.region, self.pending = region, True
         self.next: tuple[str, Config] | None = None
         self.clock = 0.0
+        self.compiled = True  # this candidate's build was no cache hit (unknown: it failed)
         try:
             size = math.prod(output_shape(region)) if region is not None else 0
         except Exception:  # noqa: BLE001  not a region: the check itself says so
             size = 0
         self.ahead = size >= AHEAD_MIN_ELEMENTS
 
-    def early(self) -> bool:
-        if self.ahead and self.pending and select.select([0], [], [], 0)[0]:
+    def early(self, built: Any) -> bool:
+        # a sweep whose candidates compile: the next one most likely does too
+        self.compiled = not built.cached
+        if self.ahead and self.compiled and self.pending and select.select([0], [], [], 0)[0]:
             self.wait()  # it has come: reading it does not wait
         return not self.pending and self._builds_next()
 
     def _builds_next(self) -> bool:
-        return self.ahead and self.next is not None and _cpu_lane(self.next[0])
+        return (self.ahead and self.compiled and self.next is not None
+                and _cpu_lane(self.next[0]))
 
     def wait(self) -> None:
         if not self.pending:

@@ -74,7 +74,8 @@ class FakeLane:
         return KernelSource(self.name, region.key, config, "python", f"# {self.name}\n")
 
     def build(self, source: KernelSource) -> Artifact:
-        return Artifact(self.name, f"{self.name}-{source.config.key}", source, None, 0.0, True)
+        # built now, as a compiling lane's first sweep builds every candidate
+        return Artifact(self.name, f"{self.name}-{source.config.key}", source, None, 0.0, False)
 
     def runner(self, artifact: Artifact, region: Region) -> _Runner:
         return _Runner(self, region, artifact.source.config)
