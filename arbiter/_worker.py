@@ -6,6 +6,12 @@ a chatty lane cannot corrupt the protocol). A reply that does not come within th
 kills the child (TIMEOUT); a child that dies mid-request (segfault, abort, os._exit) is a
 CRASHED result with the tail of its stderr as the log. Either way the next request starts a
 fresh child, so one bad candidate costs one trial, never the sweep.
+
+Timing waits for the parent's "go", sent once its own work for the previous trial is done.
+The go may name the candidate the parent expects next: for a large output and a CPU lane, the
+child then times the current candidate before comparing its outputs, and compiles the next
+one in a thread while it compares and replies (`_Ahead`). A build not wanted after all is
+stopped, compiler included, before anything else runs; none outlives the child.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@
    reported two ways: steady state (the parent's time between one trial's result and the next
    trial's request, plus that trial's IPC and gate wait; trials 2..n) and all-in (total minus
    build, kernel timing, verification runs, oracle check and finalists, divided by n: one-time
-   startup spread over the sweep). The issue's formula as written (total minus build and
-   kernel time, per trial) is reported too: it also counts the oracle's work.
+   startup spread over the sweep). Both count the parent's time and the IPC even where they
+   ran while the next candidate compiled ahead: upper bounds. The issue's formula as written
+   (total minus build and kernel time, per trial) is reported too: it also counts the
+   oracle's work, and it leaves out what ran while a compile did.
    One-time startup (imports, schema creation, fingerprint, study open, worker start) is
    reported on its own. The parent's CPU time per steady-state trial is given too: it moves
    less than wall time when other jobs share the cores.
