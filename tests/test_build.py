@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -46,3 +47,50 @@ def test_a_probe_is_never_stopped():
     finally:
         forget_stopped(me)
     assert run_tool(["true"], stoppable=True)[0] == 0
+
+
+def test_an_interrupted_tool_is_killed_with_its_children(monkeypatch):
+    import signal
+    from pathlib import Path
+
+    import pytest
+
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(*a, **kw):
+        p = real_popen(*a, **kw)
+        started.append(p.pid)
+        return p
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            run_tool(["sh", "-c", "sleep 30 & wait"])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    [pid] = started
+    # the whole group is gone: nothing in it (the shell, its sleep) is left running
+    group = [p for p in Path("/proc").glob("[0-9]*/stat")
+             if _group_of(p) == pid and _state_of(p) != "Z"]
+    assert not group
+
+
+def _group_of(stat) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _state_of(stat) -> str | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None

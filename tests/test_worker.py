@@ -195,3 +195,17 @@ def test_a_check_of_something_not_a_region_is_an_error_not_a_crash():
     with Worker(timeout=60) as w:
         out = w.check("numpy", "not a region", Config(), 1e-3, warmup=0, repeats=1)
         assert out.measurement.status is Status.LAUNCH_FAILED and w.starts == 1
+
+
+def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
+    from arbiter._registry import get_lane
+
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "one"))
+    first, second = list(get_lane("x86_c").space(BIG).configs())[:2]
+    with Worker(timeout=120) as w:
+        w.check("x86_c", BIG, first, 1e-3, warmup=1, repeats=3,
+                meanwhile=lambda: ("x86_c", second))
+        monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "two"))
+        out = w.check("x86_c", BIG, second, 1e-3, warmup=1, repeats=3)
+    assert out.measurement.status is Status.OK and out.built_ahead_s == 0
+    assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
