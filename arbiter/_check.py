@@ -179,6 +179,11 @@ def check_candidate(
     except (RuntimeError, OSError) as e:
         return Measurement(Status.LAUNCH_FAILED, compile_seconds=built.compile_seconds,
                            log=f"load failed: {e}")
+    def untimed(verdict: Verdict, log: str) -> Measurement:
+        return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
+                           compile_seconds=built.compile_seconds,
+                           timing_method=runner.timing_method, log=log)
+
     try:
         chosen = cases(region, seeds)
         _run_all(runner, chosen)
@@ -186,9 +191,7 @@ def check_candidate(
         if not later:
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK or repeats <= 0:
-                return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
-                                   compile_seconds=built.compile_seconds,
-                                   timing_method=runner.timing_method, log=log)
+                return untimed(verdict, log)
         sets = [c.timing for c in chosen[:input_sets]]
         if gate is not None:
             gate.wait()
@@ -198,19 +201,14 @@ def check_candidate(
             if later:  # a wrong result is the better answer, when it is one
                 verdict, log = _judge(seeds, chosen, budget)
                 if verdict.status is not Status.OK:
-                    return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
-                                       compile_seconds=built.compile_seconds,
-                                       timing_method=runner.timing_method, log=log)
+                    return untimed(verdict, log)
             raise
         if gate is not None:
             gate.timed()
         if later:
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK:
-                return Measurement(verdict.status, verdict.rel_error, verdict.max_abs,
-                                   compile_seconds=built.compile_seconds,
-                                   timing_method=runner.timing_method,
-                                   log=log + "\ntimed before this check: the timing is dropped")
+                return untimed(verdict, log + "\ntimed before this check: the timing is dropped")
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)
     except InputError:

@@ -208,8 +208,9 @@ class _Go:
 
 
 def _cpu_lane(name: str) -> bool:
-    """Only a CPU lane's build runs in the background: a GPU lane's may open a device context,
-    and a worker that ran none is kept idle between sweeps."""
+    """Is `name` a CPU lane (False when it cannot say)? Only a CPU lane's build runs in the
+    background, and only a worker that ran CPU lanes alone is kept idle between sweeps: a GPU
+    lane may open a device context."""
     from ._registry import get_lane
     from ._values import Platform
 
@@ -430,16 +431,11 @@ class Worker:
         return self.proc is not None and self.proc.poll() is None
 
     def _asked(self, lanes: Iterable[str]) -> None:
-        """Note the lanes about to run in the child, and whether any is not a CPU lane."""
-        from ._registry import get_lane
-        from ._values import Platform
-
+        """Note the lanes about to run in the child, and whether any is not a CPU lane (one
+        that cannot say counts as not)."""
         for name in set(lanes) - self.lanes:
             self.lanes.add(name)
-            try:
-                self.gpu = self.gpu or get_lane(name).platform is not Platform.CPU
-            except Exception:  # a lane that cannot say: as if it were one
-                self.gpu = True
+            self.gpu = self.gpu or not _cpu_lane(name)
 
     def reusable(self) -> bool:
         """Worth keeping for another sweep: alive, idle, has served (one started ahead and

@@ -7,6 +7,7 @@ import threading
 import time
 
 from arbiter._build import forget_stopped, run_tool, stop_tools
+from tests.procs import live
 
 
 def test_a_stopped_build_kills_its_tool_and_starts_no_other():
@@ -51,7 +52,6 @@ def test_a_probe_is_never_stopped():
 
 def test_an_interrupted_tool_is_killed_with_its_children(monkeypatch):
     import signal
-    from pathlib import Path
 
     import pytest
 
@@ -77,20 +77,4 @@ def test_an_interrupted_tool_is_killed_with_its_children(monkeypatch):
         signal.signal(signal.SIGALRM, old)
     [pid] = started
     # the whole group is gone: nothing in it (the shell, its sleep) is left running
-    group = [p for p in Path("/proc").glob("[0-9]*/stat")
-             if _group_of(p) == pid and _state_of(p) != "Z"]
-    assert not group
-
-
-def _group_of(stat) -> int | None:
-    try:
-        return int(stat.read_text().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _state_of(stat) -> str | None:
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+    assert not [p for p in live() if p.group == pid]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
 from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
 from tests import fake_lanes
+from tests.procs import live, proc
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
 # large enough that the worker compares its outputs while the next candidate builds
@@ -90,27 +90,14 @@ def _fakes(monkeypatch, *names: str) -> None:
 
 def _children(pid: int) -> dict[int, str]:
     """The live processes whose parent is `pid`: pid -> name."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
-        state, ppid = rest.split()[:2]
-        if int(ppid) == pid and state != "Z":
-            found[int(text[:text.index(" ")])] = name
-    return found
+    return {p.pid: p.name for p in live() if p.ppid == pid}
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:
     end = time.monotonic() + within
     while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
+        p = proc(pid)
+        if p is None or p.state == "Z":
             return True
         time.sleep(0.05)
     return False

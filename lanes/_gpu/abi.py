@@ -11,7 +11,7 @@ import math
 from arbiter._inputs import input_shapes, output_shape
 from arbiter._region import Region
 
-__all__ = ["REBUILD", "runner_table", "runner_tail"]
+__all__ = ["REBUILD", "REBUILD_TEXT", "runner_table", "runner_tail"]
 
 # The header comment's lines saying how to rebuild a generated GPU source by hand, for both
 # targets (the text is the same; the file name only tells each compiler the language).
@@ -21,6 +21,7 @@ REBUILD = (
     " *         or  hipcc --offload-arch=gfx1151 -O3 -fPIC -shared -I lanes/_gpu "
     "kernel.hip -o kernel.so",
 )
+REBUILD_TEXT = "".join(f"{line}\n" for line in REBUILD)
 
 
 def runner_table(region: Region) -> str:

@@ -14,7 +14,7 @@ from arbiter._errors import EmitError
 from arbiter._region import AttentionRegion, Region
 from arbiter._values import Config, KernelSource, Space, Tunable
 
-from .._gpu.abi import REBUILD, runner_tail
+from .._gpu.abi import REBUILD_TEXT, runner_tail
 from .._scalar_body import attention_defines, visible_keys
 
 __all__ = ["attention_space", "emit_attention"]
@@ -113,7 +113,7 @@ def emit_attention(region: Region, config: Config, lane: str) -> KernelSource:
         f" * region key: {region.key}\n"
         f" * region:     {region.describe()} scale={region.scale!r}\n"
         f" * config:     {config}\n"
-        + "".join(f"{line}\n" for line in REBUILD)
+        + REBUILD_TEXT
         + " */\n#include \"arb_gpu.h\"\n\n"
     )
     text = (

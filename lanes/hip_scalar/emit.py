@@ -31,7 +31,7 @@ from arbiter._inputs import input_shapes
 from arbiter._region import FusedRegion, Region, RowwiseRegion
 from arbiter._values import Config, KernelSource
 
-from .._gpu.abi import REBUILD, runner_tail
+from .._gpu.abi import REBUILD_TEXT, runner_tail
 from .._scalar_body import (
     Loop,
     RowProgram,
@@ -91,7 +91,7 @@ def _header(region: Region, config: Config) -> str:
         f" * region key: {region.key}\n"
         f" * region:     {region.describe()}\n"
         f" * config:     {config}\n"
-        + "".join(f"{line}\n" for line in REBUILD)
+        + REBUILD_TEXT
         + " */\n#include \"arb_gpu.h\"\n\n"
     )
 

@@ -1,0 +1,34 @@
+"""The tests' view of running processes, from /proc (Linux)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    name: str
+    state: str  # "Z": a zombie, exited but not reaped
+    ppid: int
+    group: int
+
+
+def proc(pid: int) -> Proc | None:
+    """The process `pid`, None when there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, ppid, group = text[text.rindex(")") + 2:].split()[:3]
+    return Proc(pid, text[text.index("(") + 1:text.rindex(")")], state, int(ppid), int(group))
+
+
+def live() -> Iterator[Proc]:
+    """Every process not a zombie."""
+    for entry in Path("/proc").iterdir():
+        p = proc(int(entry.name)) if entry.name.isdigit() else None
+        if p is not None and p.state != "Z":
+            yield p
