@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,3 +33,14 @@ def live() -> Iterator[Proc]:
         p = proc(int(entry.name)) if entry.name.isdigit() else None
         if p is not None and p.state != "Z":
             yield p
+
+
+def soon(condition: Callable[[], bool], within: float = 5.0) -> bool:
+    """Does `condition` hold within `within` seconds? (A SIGKILL is delivered, and a killed
+    process reaped, a moment after the kill returns.)"""
+    end = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True

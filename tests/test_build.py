@@ -7,7 +7,7 @@ import threading
 import time
 
 from arbiter._build import forget_stopped, run_tool, stop_tools
-from tests.procs import live
+from tests.procs import live, soon
 
 
 def test_a_stopped_build_kills_its_tool_and_starts_no_other():
@@ -77,4 +77,4 @@ def test_an_interrupted_tool_is_killed_with_its_children(monkeypatch):
         signal.signal(signal.SIGALRM, old)
     [pid] = started
     # the whole group is gone: nothing in it (the shell, its sleep) is left running
-    assert not [p for p in live() if p.group == pid]
+    assert soon(lambda: not [p for p in live() if p.group == pid])

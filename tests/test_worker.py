@@ -9,7 +9,7 @@ import pytest
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
 from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
 from tests import fake_lanes
-from tests.procs import live, proc
+from tests.procs import live, proc, soon
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
 # large enough that the worker compares its outputs while the next candidate builds
@@ -93,14 +93,8 @@ def _children(pid: int) -> dict[int, str]:
     return {p.pid: p.name for p in live() if p.ppid == pid}
 
 
-def _gone(pid: int, within: float = 5.0) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        p = proc(pid)
-        if p is None or p.state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
+def _gone(pid: int) -> bool:
+    return soon(lambda: (p := proc(pid)) is None or p.state == "Z")
 
 
 def test_the_candidate_expected_next_is_built_while_this_one_is_compared(tmp_path, monkeypatch):
