@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -96,9 +100,34 @@ def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndar
 BLOCK_ELEMENTS = 1 << 16
 
 
+@functools.cache
+def _blas_pools() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _spare_a_core() -> AbstractContextManager[Any]:
+    """BLAS on every core but one while the oracle multiplies. A sweep's parent process works
+    beside the worker that computes the references (its sampler, its database writes); a
+    product spread over every core waits for the one the parent holds (a small matmul
+    chain's references: 3 ms alone, 10-30 ms beside a busy parent on 2 cores). The products
+    are done a block of rows at a time, so one thread fewer costs nothing measurable."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return _blas_pools().limit(limits=max(1, cores - 1), user_api="blas")
+
+
 def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     """The region's exact result in float64, from validated float32 inputs."""
     a = validate_inputs(region, arrays)
+    with _spare_a_core():
+        return _reference(region, a)
+
+
+def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
     if isinstance(region, AttentionRegion):
         return _attention(region, *(a[k].astype(np.float64) for k in ("q", "k", "v")))
     if isinstance(region, FusedRegion):

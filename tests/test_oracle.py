@@ -137,6 +137,39 @@ def test_compare_across_chunks_matches_a_whole_array_computation():
         compare(out[:-1], ref, 1e-3)
 
 
+def test_reference_leaves_a_core_to_the_sweep_beside_it(monkeypatch):
+    # the worker's references run while the parent process works (sampler, database writes):
+    # their products use every core but one, and the lanes' BLAS is left as it was
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    from arbiter import _oracle
+
+    def blas_threads() -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("numpy is linked to no BLAS that threadpoolctl knows")
+    seen = []
+    chain = _oracle._chain
+
+    def watched(*a, **kw):
+        seen.append(blas_threads())
+        return chain(*a, **kw)
+
+    monkeypatch.setattr(_oracle, "_chain", watched)
+    r = FusedRegion(64, 32, 16, epilogue=("relu",))
+    ins = random_inputs(r, 3)
+    out = reference(r, ins)
+    spare = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert seen and all(n <= spare for threads in seen for n in threads)
+    assert blas_threads() == before
+    a, b = (ins[k].astype(np.float64) for k in ("A", "B"))
+    np.testing.assert_allclose(out, np.maximum(a @ b, 0.0), rtol=1e-12, atol=1e-12)
+
+
 def test_reference_validates_inputs():
     from arbiter import InputError
 
