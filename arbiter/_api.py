@@ -139,13 +139,15 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     See `arbiter._tune.tune` for the keywords (db, trials, lanes, budget, timeout, seed,
     sampler, ...). Returns one row per region.
     """
+    from ._fingerprint import fingerprint_soon
     from ._worker import lease
 
     given = kw.pop("worker", None)  # the caller's own, started and closed by the caller
     # leased (kept from an earlier sweep, or started now) before `_tune` imports SQLAlchemy
     # and Optuna's samplers (~0.2 s): a new worker's own start-up (numpy, the oracle)
-    # overlaps ours
+    # overlaps ours, and so do the fingerprint's compiler queries
     with lease(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
+        fingerprint_soon()
         from ._tune import tune as _tune
 
         return _tune(spec, worker=worker, **kw)

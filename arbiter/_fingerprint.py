@@ -12,6 +12,7 @@ import json
 import platform
 import shutil
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from importlib import metadata
@@ -21,7 +22,7 @@ from typing import Any
 from ._build import run_tool, version_text
 from ._settings import settings
 
-__all__ = ["Fingerprint", "fingerprint"]
+__all__ = ["Fingerprint", "fingerprint", "fingerprint_soon"]
 
 COMPILERS = ("clang++-19", "hipcc", "nvcc")
 LIBRARIES = ("numpy", "torch")
@@ -104,6 +105,23 @@ def _details(cc: str) -> Fingerprint:
     return Fingerprint(details)
 
 
+_ONCE = threading.Lock()  # a second caller waits for the first one's answer
+
+
 def fingerprint() -> Fingerprint:
     """This machine's fingerprint (computed once per process)."""
-    return _details(settings().cc)
+    with _ONCE:
+        return _details(settings().cc)
+
+
+def fingerprint_soon() -> None:
+    """Start on the fingerprint in a thread: its version queries (tens of ms, mostly waiting
+    on compilers) overlap the caller's own start-up. Any error is raised by `fingerprint`."""
+
+    def quietly() -> None:
+        try:
+            fingerprint()
+        except Exception:  # noqa: BLE001, S110  the caller's own call reports it
+            pass
+
+    threading.Thread(target=quietly, name="fingerprint", daemon=True).start()

@@ -9,16 +9,17 @@ re-checked against the oracle here before it is served.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ._api import usable_lanes
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
 from ._oracle import budget_of
-from ._plan import plan
+from ._plan import Plan, plan
 from ._records import VERIFY, Choice, Records, Result, choose
 from ._region import Region
 from ._registry import get_lane
@@ -32,6 +33,7 @@ from ._worker import Worker
 __all__ = ["best", "best_rows", "tune"]
 
 VERIFY_TRIES = 3
+T = TypeVar("T")
 
 
 def _regions(spec: str | Path | Spec | Region | Sequence[Region],
@@ -111,42 +113,66 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
         fp_query = pool.submit(fingerprint)
         records = Records(url)
         fp = fp_query.result()
-    plans = []
-    for region in todo:
-        region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
-        region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
-        plans.append((region, region_id, env_id, lane_ids,
-                      plan(region, region_lanes, records, region_id, env_id, trials)))
-    bar = _bar(sum(p.needed for *_, p in plans), progress)
-    rows = []
-    try:
-        for region, region_id, env_id, lane_ids, p in plans:
-            b = budget_of(region, budget)
-            if not p.lanes:
-                rows.append(_empty(region, b, "no applicable lane"))
-                continue
-            bar.set_description(region.name or region.key[:12])
 
-            def tick(lane, cfg, r, _new, _name=region.name):
-                bar.update(1)
-                if on_trial:
-                    on_trial(_name, lane, r)
+        def planned(region: Region) -> tuple[Region, int, int, dict[str, int], Plan]:
+            region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+            region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
+            return (region, region_id, env_id, lane_ids,
+                    plan(region, region_lanes, records, region_id, env_id, trials))
 
-            t = tune_region(region, p, records, worker, region_id=region_id, env_id=env_id,
-                            lane_ids=lane_ids, fingerprint=fp.hash, budget=b,
-                            sampler=sampler, seed=seed, warmup=warmup, repeats=repeats,
-                            refinal=refinal, on_trial=tick)
-            rows.append(_tuned_row(region, b, t, records, region_id, env_id))
-    finally:
-        bar.close()
+        # the regions after the first are planned in a thread while the first is searched
+        # (its builds leave this process waiting); a progress bar's total needs them first
+        head = [planned(todo[0])] if todo else []
+        tail = pool.submit(lambda: [planned(r) for r in todo[1:]])
+        shown = progress and sys.stderr.isatty()
+        bar = _bar(sum(p.needed for *_, p in head + (tail.result() if shown else [])), shown)
+        rows = []
+        try:
+            for region, region_id, env_id, lane_ids, p in chain(head, _then(tail)):
+                b = budget_of(region, budget)
+                if not p.lanes:
+                    rows.append(_empty(region, b, "no applicable lane"))
+                    continue
+                bar.set_description(region.name or region.key[:12])
+
+                def tick(lane, cfg, r, _new, _name=region.name):
+                    bar.update(1)
+                    if on_trial:
+                        on_trial(_name, lane, r)
+
+                t = tune_region(region, p, records, worker, region_id=region_id,
+                                env_id=env_id, lane_ids=lane_ids, fingerprint=fp.hash,
+                                budget=b, sampler=sampler, seed=seed, warmup=warmup,
+                                repeats=repeats, refinal=refinal, on_trial=tick)
+                rows.append(_tuned_row(region, b, t, records, region_id, env_id))
+        finally:
+            bar.close()
     return rows
 
 
-def _bar(total: int, progress: bool) -> Any:
+class _NoBar:
+    """The progress bar when none is shown (tqdm's import alone costs ~10 ms)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_description(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _then(later: Future[list[T]]) -> Iterator[T]:
+    yield from later.result()
+
+
+def _bar(total: int, shown: bool) -> Any:
+    if not shown:
+        return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False,
-                disable=not (progress and sys.stderr.isatty()))
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
 
 
 def _empty(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:

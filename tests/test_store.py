@@ -191,3 +191,31 @@ def test_databases_used_and_deleted_in_one_process_leave_few_files_open(tmp_path
     # at most PER_FILE_KEPT databases held, each by two engines (ours, Optuna's) with their
     # database, -wal and -shm files
     assert PER_FILE_KEPT <= 12 and deleted_open() - before <= PER_FILE_KEPT * 2 * 3
+
+
+def test_a_fingerprint_started_early_is_the_one_every_caller_gets(monkeypatch):
+    # `tune` starts the fingerprint in a thread before its imports; the sweep's own call
+    # waits for that one instead of querying the compilers a second time
+    import threading
+
+    from arbiter import _fingerprint
+
+    _fingerprint._details.cache_clear()
+    queried: list[str] = []
+    query = _fingerprint._compiler_version
+    gate = threading.Event()
+
+    def slow_query(compiler: str) -> str | None:
+        queried.append(compiler)
+        gate.wait(5)
+        return query(compiler)
+
+    monkeypatch.setattr(_fingerprint, "_compiler_version", slow_query)
+    _fingerprint.fingerprint_soon()
+    got: list[object] = []
+    caller = threading.Thread(target=lambda: got.append(_fingerprint.fingerprint()))
+    caller.start()
+    gate.set()
+    caller.join(10)
+    assert got and got[0] is _fingerprint.fingerprint()
+    assert sorted(queried) == sorted({_fingerprint.settings().cc, *_fingerprint.COMPILERS})
