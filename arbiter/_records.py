@@ -171,16 +171,21 @@ class Records:
 
     def save_winner(self, region_id: int, environment_id: int, budget: float,
                     choice: Choice) -> None:
-        with session_scope(self.url) as s:
-            w = WinnerModel.find(s, region_id, environment_id, budget)
-            if w is None:
-                w = WinnerModel(region_id=region_id, environment_id=environment_id,
-                                budget=budget)
-                s.add(w)
-            w.candidate_id = choice.winner.candidate_id
-            w.runner_up_id = choice.runner_up.candidate_id if choice.runner_up else None
-            w.median, w.spread = choice.winner.median, choice.winner.spread
-            w.rel_error, w.margin, w.tie = choice.winner.rel_error, choice.margin, choice.tie
+        def save() -> None:
+            with session_scope(self.url) as s:
+                w = WinnerModel.find(s, region_id, environment_id, budget)
+                if w is None:
+                    w = WinnerModel(region_id=region_id, environment_id=environment_id,
+                                    budget=budget)
+                    s.add(w)
+                w.candidate_id = choice.winner.candidate_id
+                w.runner_up_id = choice.runner_up.candidate_id if choice.runner_up else None
+                w.median, w.spread = choice.winner.median, choice.winner.spread
+                w.rel_error, w.margin, w.tie = (choice.winner.rel_error, choice.margin,
+                                                choice.tie)
+
+        # two sweeps of one region ending at once: the second finds the first one's row
+        once_more_on_conflict(save)
 
     def winner(self, region_id: int, environment_id: int, budget: float) -> dict | None:
         with session_scope(self.url) as s:

@@ -14,6 +14,7 @@ from arbiter._store import (
     SCHEMA_REVISION,
     CandidateModel,
     RegionModel,
+    WinnerModel,
     revision_of,
     session_scope,
     upgrade,
@@ -219,3 +220,31 @@ def test_a_fingerprint_started_early_is_the_one_every_caller_gets(monkeypatch):
     caller.join(10)
     assert got and got[0] is _fingerprint.fingerprint()
     assert sorted(queried) == sorted({_fingerprint.settings().cc, *_fingerprint.COMPILERS})
+
+
+def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, monkeypatch):
+    # two sweeps of one region ending at once: both looked for the winner's row, found none,
+    # and the second one's insert meets the first one's
+    from arbiter import Config, Measurement, Status
+    from arbiter._fingerprint import Fingerprint
+    from arbiter._records import choose
+    from arbiter._registry import get_lane
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    records = Records(url)
+    region = FusedRegion(2, 2, 2, name="r")
+    rid, eid, lanes = records.ids(region, Fingerprint({"cpu": "here"}), [get_lane("numpy")])
+    results = [records.record(rid, eid, lanes["numpy"], Config.of(k=i),
+                              Measurement(Status.OK, 1e-7, 1e-7, (t, t, t), "host", 0.0),
+                              1e-3) for i, t in enumerate((2e-3, 1e-3))]
+    records.save_winner(rid, eid, 1e-3, choose(results[:1], 1e-3))
+    find, calls = WinnerModel.find, []
+
+    def missed_once(cls, *a):
+        calls.append(a)
+        return None if len(calls) == 1 else find(*a)
+
+    monkeypatch.setattr(WinnerModel, "find", classmethod(missed_once))
+    records.save_winner(rid, eid, 1e-3, choose(results, 1e-3))
+    assert len(calls) == 2  # the insert met the row, and the second try found it
+    assert records.winner(rid, eid, 1e-3)["candidate_id"] == results[1].candidate_id
