@@ -15,7 +15,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from ._api import usable_lanes
+from ._api import DEFAULT_TRIALS, spec_regions, usable_lanes
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
 from ._oracle import budget_of
@@ -26,7 +26,7 @@ from ._registry import get_lane
 from ._samplers import DEFAULT_SAMPLER, check_sampler
 from ._search import RegionTuning, tune_region
 from ._settings import settings
-from ._spec import Spec, load_spec
+from ._spec import Spec
 from ._values import Status
 from ._worker import Worker
 
@@ -34,17 +34,6 @@ __all__ = ["best", "best_rows", "tune"]
 
 VERIFY_TRIES = 3
 T = TypeVar("T")
-
-
-def _regions(spec: str | Path | Spec | Region | Sequence[Region],
-             names: Sequence[str] | None = None) -> list[Region]:
-    if isinstance(spec, (str, Path)):
-        spec = load_spec(spec)
-    if isinstance(spec, Spec):
-        return [spec.get(n) for n in names] if names else list(spec)
-    if isinstance(spec, Region.__args__):  # type: ignore[attr-defined]
-        return [spec]  # type: ignore[list-item]
-    return list(spec)  # type: ignore[arg-type]
 
 
 def _precision(lane: str, config: dict) -> str:
@@ -75,7 +64,7 @@ def _row(region: Region, budget: float, r: Result, choice: Choice | None = None,
 
 def tune(
     spec: str | Path | Spec | Region | Sequence[Region], *, db: str | None = None,
-    trials: int = 30, lanes: Sequence[str] | None = None, budget: float | None = None,
+    trials: int = DEFAULT_TRIALS, lanes: Sequence[str] | None = None, budget: float | None = None,
     timeout: float = 60.0, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
     warmup: int = 3, repeats: int = 15, regions: Sequence[str] | None = None,
     progress: bool = False, refinal: bool = False,
@@ -96,7 +85,7 @@ def tune(
     check_sampler(sampler)
     # the user's input (lanes, spec, region names) is checked before anything starts
     chosen = usable_lanes(lanes)
-    todo = _regions(spec, regions)
+    todo = spec_regions(spec, regions)
     url = db or settings().db
     worker.timeout = timeout
     return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler, seed=seed,
@@ -269,9 +258,9 @@ def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,
               budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
     """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
     if region_name:
-        return [best(r, budget=budget, db=db) for r in _regions(spec, [region_name])]
+        return [best(r, budget=budget, db=db) for r in spec_regions(spec, [region_name])]
     rows = []
-    for r in _regions(spec):
+    for r in spec_regions(spec):
         try:
             rows.append(best(r, budget=budget, db=db))
         except ArbiterError as e:

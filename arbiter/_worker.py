@@ -10,8 +10,11 @@ fresh child, so one bad candidate costs one trial, never the sweep.
 Timing waits for the parent's "go", sent once its own work for the previous trial is done.
 The go may name the candidate the parent expects next: for a large output and a CPU lane, the
 child then times the current candidate before comparing its outputs, and compiles the next
-one in a thread while it compares and replies (`_Ahead`). A build not wanted after all is
-stopped, compiler included, before anything else runs; none outlives the child.
+one in a thread while it compares and replies (`_Ahead`). Before its own start-up, the
+parent may also name the first region's lane defaults (`Worker.build_early`): they compile
+while it imports and opens its records, and the first request waits for them. A build not
+wanted after all is stopped, compiler included, before anything else runs; none outlives the
+child.
 """
 
 from __future__ import annotations
@@ -107,25 +110,43 @@ class _TimedRunner:
 
 
 class _Ahead:
-    """The candidate the parent expects next, built in a thread once the current one is timed,
-    while it is compared and its result goes back."""
+    """Candidates built in a thread before their requests come: the one the parent expects
+    next (built once the current one is timed, while it is compared and its result goes
+    back), or, `early`, the first region's lane defaults, named by the parent before its own
+    start-up (imports, records), which their compiles then overlap."""
 
-    def __init__(self, lane: str, region: Any, config: Config) -> None:
-        self.key = (lane, region, config)
-        self.built: Any = None
-        self.start = self.end = time.perf_counter()
-        self.thread = threading.Thread(target=self._build, daemon=True)
+    def __init__(self, region: Any, candidates: list[tuple[str, Config]],
+                 early: bool = False) -> None:
+        self.region, self.early = region, early
+        self.names = [(lane, config.key) for lane, config in candidates]
+        # (lane, config key) -> (build, start, end)
+        self.built: dict[tuple[str, str], tuple[Any, float, float]] = {}
+        self.waited_from: float | None = None  # when a request first waited for the thread
+        self.stopped = False
+        self.thread = threading.Thread(target=self._build, args=(candidates,), daemon=True)
         self.thread.start()
 
-    def _build(self) -> None:
+    def _build(self, candidates: list[tuple[str, Config]]) -> None:
         from ._check import build_candidate
         from ._registry import get_lane
 
-        try:
-            self.built = build_candidate(get_lane(self.key[0]), self.key[1], self.key[2])
-        except Exception:  # noqa: BLE001  the request for it builds again and reports
-            self.built = None
-        self.end = time.perf_counter()
+        for lane, config in candidates:
+            if self.stopped:
+                return
+            start = time.perf_counter()
+            try:
+                built = build_candidate(get_lane(lane), self.region, config)
+            except Exception:  # noqa: BLE001  the request for it builds again and reports
+                built = None
+            self.built[(lane, config.key)] = (built, start, time.perf_counter())
+
+    def wanted(self, lane: str | None, region: Any, config: Config | None) -> bool:
+        """Is this build to be waited for by a request for (lane, region, config)? The one
+        expected next only by its own request; early ones by any request in their region
+        (no compile may run while a candidate is checked or timed)."""
+        if lane is None or config is None or region != self.region:
+            return False
+        return self.early or (lane, config.key) in self.names
 
     def drop(self) -> None:
         """Not wanted after all: its compiler is killed (it must not run while another
@@ -134,6 +155,7 @@ class _Ahead:
 
         ident = self.thread.ident
         assert ident is not None
+        self.stopped = True
         stop_tools(ident)
         self.thread.join()
         forget_stopped(ident)
@@ -143,16 +165,38 @@ _AHEAD: list[_Ahead] = []
 
 
 def _take_ahead(lane: str | None = None, region: Any = None,
-                config: Config | None = None) -> _Ahead | None:
-    """The background build of (lane, region, config), finished; any other is dropped."""
+                config: Config | None = None) -> tuple[Any, float, float]:
+    """The build of (lane, region, config) made in the background, once no background build
+    runs: (the build or None, the seconds of its compile done before this request, the
+    seconds this request waited). Builds not wanted by this request are dropped; early
+    builds of other candidates in its region are kept for their own requests."""
     ahead = _AHEAD.pop() if _AHEAD else None
     if ahead is None:
-        return None
-    if ahead.key != (lane, region, config):
+        return None, 0.0, 0.0
+    if not ahead.wanted(lane, region, config):
         ahead.drop()
-        return None
+        return None, 0.0, 0.0
+    t0 = time.perf_counter()
+    if ahead.waited_from is None:
+        ahead.waited_from = t0
     ahead.thread.join()
-    return ahead
+    waited = time.perf_counter() - t0
+    found = ahead.built.pop((str(lane), config.key if config is not None else ""), None)
+    if ahead.early and ahead.built:
+        _AHEAD.append(ahead)
+    if found is None:
+        return None, 0.0, waited
+    built, start, end = found
+    # what ran after a request began to wait is that request's build time
+    return built, max(0.0, min(end, ahead.waited_from) - start), waited
+
+
+def _build_early(req: dict[str, Any]) -> None:
+    """The parent's hint: build its first region's lane defaults now (CPU lanes only)."""
+    _take_ahead()
+    cpu = [(lane, config) for lane, config in req["candidates"] if _cpu_lane(lane)]
+    if cpu:
+        _AHEAD.append(_Ahead(req["region"], cpu, early=True))
 
 
 # Outputs at least this large are compared while the next candidate builds: two comparisons
@@ -202,9 +246,13 @@ class _Go:
         self.clock += time.perf_counter() - t0
 
     def timed(self) -> None:
-        if not _AHEAD and self.next is not None and self._builds_next():
-            lane, config = self.next
-            _AHEAD.append(_Ahead(lane, self.region, config))
+        if self.next is None or not self._builds_next():
+            return
+        lane, config = self.next
+        if _AHEAD and _AHEAD[0].region == self.region and (lane, config.key) in _AHEAD[0].names:
+            return  # under way (this is called again once the reply is ready), or built early
+        _take_ahead()
+        _AHEAD.append(_Ahead(self.region, [(lane, config)]))
 
 
 def _cpu_lane(name: str) -> bool:
@@ -226,17 +274,13 @@ def _check(req: dict[str, Any]) -> Outcome:
 
     clock = {"build": 0.0, "timing": 0.0, "verify": 0.0}
     t0 = time.perf_counter()
-    ahead = _take_ahead(req["lane"], req["region"], req["config"])
-    ahead_s = 0.0
-    if ahead is not None:
-        ahead_s = max(0.0, min(ahead.end, t0) - ahead.start)
-        clock["build"] = max(0.0, ahead.end - t0)  # waited for the rest of it
+    built, ahead_s, clock["build"] = _take_ahead(req["lane"], req["region"], req["config"])
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
     gate: _Go = req["_gate"]
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
                         seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"],
-                        gate=gate, built=ahead.built if ahead is not None else None)
+                        gate=gate, built=built)
     if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
         # timed because it is inside the ceiling (a looser budget may want it later), but it
         # fails this sweep's budget
@@ -347,6 +391,9 @@ def _serve_requests(reply_fd: int) -> None:
         if env is not None and env != _settings_now():
             _take_ahead()  # built under other settings (another cache)
         _use_settings(env)
+        if req["op"] == "early":  # a hint: no reply
+            _build_early(req)
+            continue
         # Every check request is followed by one "go" from the parent once its own work for
         # the previous trial is done; timing waits for it, so the parent's database writes
         # overlap this candidate's build and verification, never its timing. Nothing else
@@ -392,6 +439,7 @@ class Worker:
         self.lanes: set[str] = set()  # every lane asked of it
         self.gpu = False  # one of them is not a CPU lane
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
+        self.hinted = False  # told to build early: it may run compilers before any request
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -414,7 +462,7 @@ class Worker:
 
     def _kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            if self.requests:
+            if self.requests or self.hinted:
                 # the compilers it started lead groups of their own: stopped, it starts no
                 # other while they are found and killed
                 with contextlib.suppress(ProcessLookupError):
@@ -429,6 +477,16 @@ class Worker:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def build_early(self, region: Any, candidates: Sequence[tuple[str, Config]]) -> None:
+        """Have the child compile these candidates of `region` now, in the background (CPU
+        lanes only), for the requests to come: a hint, with no reply. The next request waits
+        for those builds before it checks anything."""
+        if self.busy:
+            return
+        self.hinted = True
+        _send_to(self._start(), {"op": "early", "region": region,
+                                 "candidates": list(candidates), "settings": _settings_now()})
 
     def _asked(self, lanes: Iterable[str]) -> None:
         """Note the lanes about to run in the child, and whether any is not a CPU lane (one

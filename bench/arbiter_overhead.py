@@ -4,7 +4,9 @@
 
 1. Exhaustive sweep of one region (x86_c + numpy, every config) into a fresh SQLite file and
    a fresh build cache: wall time split into build (inside lane.build; plus, for a candidate
-   the worker built ahead, the part of its compile done before its request came), kernel
+   the worker built ahead, the part of its compile done before its request came: the
+   candidate the parent expected next, or a lane default built during the parent's start-up;
+   a request's wait for such a build is its own build time), kernel
    timing (inside runner.time), verification runs (inside runner.run, on the oracle's inputs),
    oracle check (the rest of the worker's request: inputs, reference, comparisons), worker
    IPC, and search + records (Optuna ask/tell + our commits).
@@ -40,6 +42,7 @@
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import random
@@ -260,6 +263,10 @@ def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table:
 
 
 def main() -> None:
+    # bytecode for the arbiter's own modules, as an installed package has it (pip compiles on
+    # install): with PYTHONDONTWRITEBYTECODE set, every start would compile them again
+    for package in ("arbiter", "lanes"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "arbiter_overhead.json"))
     ap.add_argument("--rerun-trials", type=int, default=6)

@@ -223,6 +223,9 @@ class SlowBuild(Tiny):
     name = "fake_slow_build"
 
     def build(self, source):
+        if os.environ.get("FAKE_BUILD_LOG"):  # each build started, for the tests to count
+            with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
+                f.write(f"{source.config.key}\n")
         rc, log = run_tool(["sleep", "30"], stoppable=True)
         if rc != 0:
             raise BuildError(f"compile failed (exit {rc})", log)

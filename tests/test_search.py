@@ -388,8 +388,9 @@ def test_each_next_candidate_is_built_while_the_one_before_is_compared(env, monk
     assert row["config"] == {"block": 4, "unroll": 2, "fast": False}
     ahead = [s > 0 for _, _, s in seen]
     assert len(seen) == min(trials, 18)  # the configs the rule allows, each once
-    # the lane's default, first, names no next one; when enumerating, every one after the
-    # candidate following it was the one expected; sampling drops some (a new best: a new ask)
-    assert not any(ahead[:2])
+    # the lane's default, first, is built while the sweep starts up, and names no next one;
+    # when enumerating, every one after the candidate following it was the one expected;
+    # sampling drops some (a new best: a new ask)
+    assert ahead[0] and not ahead[1]
     assert all(ahead[2:]) if trials > 18 else sum(ahead) >= len(seen) // 2
     assert len({(lane, c.key) for lane, c, _ in seen}) == len(seen)

@@ -134,6 +134,16 @@ def _ahead_sleeping(w: Worker) -> int:
     raise AssertionError("the build ahead never started")
 
 
+def test_the_build_ahead_runs_once_while_the_worker_replies_and_waits(tmp_path, monkeypatch):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds"))
+    with Worker(timeout=60) as w:
+        compiler = _ahead_sleeping(w)
+        time.sleep(0.5)
+        assert proc(compiler) is not None  # the same compile, still running
+        assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
+
+
 def test_a_build_ahead_that_is_not_wanted_is_stopped(monkeypatch):
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     with Worker(timeout=60) as w:
@@ -159,6 +169,56 @@ def test_no_build_ahead_outlives_the_worker_or_runs_beside_other_work(monkeypatc
             got = w.interleave(BIG, [("fake_tiny", ONE), ("fake_tiny", OTHER)], rounds=1,
                                repeats=2)
             assert all(isinstance(x, list) for x in got)
+        assert _gone(compiler) and time.perf_counter() - t0 < 10
+
+
+def test_the_first_candidates_are_built_while_the_parent_starts_up(tmp_path, monkeypatch):
+    from arbiter._registry import get_lane
+
+    _fakes(monkeypatch, "fake_device")
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path))
+    default, other = list(get_lane("x86_c").space(REGION).configs())[:2]
+    with Worker(timeout=120) as w:
+        t0 = time.perf_counter()
+        w.build_early(REGION, [("numpy", Config()), ("x86_c", default), ("fake_device", ONE)])
+        time.sleep(0.05)  # the parent's start-up
+        a = w.check("numpy", REGION, Config(), 1e-3, warmup=0, repeats=3)
+        span = time.perf_counter() - t0
+        b = w.check("x86_c", REGION, default, 1e-3, warmup=1, repeats=3)
+        c = w.check("x86_c", REGION, other, 1e-3, warmup=1, repeats=3)
+        d = w.check("fake_device", REGION, ONE, 1e-3, warmup=0, repeats=3)
+    assert all(x.measurement.status is Status.OK for x in (a, b, c, d))
+    # the first request waited for the compile in the background to end (nothing is checked
+    # or timed beside a compiler); the one it built for found it done; its compile is counted
+    # once: the part before that wait as built ahead, the wait as the first request's build
+    assert b.built_ahead_s > 0 and b.build_s < 0.05 and b.measurement.compile_seconds > 0
+    assert 0.9 * b.measurement.compile_seconds < a.build_s + b.built_ahead_s < span
+    assert c.built_ahead_s == 0 and c.build_s > 0  # not named early: built in its request
+    assert d.built_ahead_s == 0  # a GPU lane's build is never made in the background
+
+
+@pytest.mark.parametrize("how", ["close", "kill", "other region"])
+def test_an_early_build_never_outlives_the_worker_nor_runs_beside_another_region(monkeypatch,
+                                                                                 how):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    with Worker(timeout=60) as w:
+        w.build_early(BIG, [SLOW_BUILD])
+        assert w.proc is not None
+        compiler = None
+        end = time.monotonic() + 10
+        while compiler is None and time.monotonic() < end:
+            compiler = next((p for p, name in _children(w.proc.pid).items() if name == "sleep"),
+                            None)
+            time.sleep(0.02)
+        assert compiler is not None, "the early build never started"
+        t0 = time.perf_counter()
+        if how == "close":  # a worker that was told to build and never asked anything
+            w.close()
+        elif how == "kill":
+            w._kill()
+        else:
+            out = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=3)
+            assert out.measurement.status is Status.OK and out.build_s < 5
         assert _gone(compiler) and time.perf_counter() - t0 < 10
 
 
