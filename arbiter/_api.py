@@ -18,7 +18,7 @@ from ._oracle import budget_of
 from ._region import Region
 from ._registry import get_lane, lane_names
 from ._spec import Spec, load_spec
-from ._values import Config, Measurement
+from ._values import Config, Measurement, Platform
 
 __all__ = [
     "best", "check", "lane_table", "parse_config", "run", "run_npz", "tune", "usable_lanes",
@@ -164,24 +164,25 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     # compiles
     with lease(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
         fingerprint_soon()
-        _build_early(worker, spec, kw)
+        todo = spec_regions(spec, kw.pop("regions", None))
+        if given is None:
+            _compile_first_defaults(worker, todo, kw)
         from ._tune import tune as _tune
 
-        return _tune(spec, worker=worker, **kw)
+        return _tune(todo, worker=worker, **kw)
 
 
-def _build_early(worker: Any, spec: Any, kw: dict[str, Any]) -> None:
-    """Have the worker compile the first region's lane defaults, the sweep's first
+def _compile_first_defaults(worker: Any, regions: list[Region], kw: dict[str, Any]) -> None:
+    """Have the worker compile the first region's CPU lane defaults, the sweep's first
     candidates, while this process starts up. A hint: a mistake in the arguments is the
     sweep's to report, and a default measured before is a build-cache hit."""
     try:
-        regions = spec_regions(spec, kw.get("regions"))
         lanes = usable_lanes(kw.get("lanes"))
         if not regions or len(lanes) > kw.get("trials", DEFAULT_TRIALS):
             return  # a budget smaller than the defaults: which ones it measures is the plan's
         region = regions[0]
         defaults = [(ln.name, ln.space(region).default) for ln in lanes
-                    if ln.applies_to(region) is None]
+                    if ln.platform is Platform.CPU and ln.applies_to(region) is None]
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words
         return
     worker.build_early(region, defaults)

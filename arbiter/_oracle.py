@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -100,6 +101,9 @@ def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndar
 BLOCK_ELEMENTS = 1 << 16
 
 
+_BLAS_LIMIT = threading.Lock()
+
+
 @functools.cache
 def _blas_pools() -> Any:
     from threadpoolctl import ThreadpoolController
@@ -123,7 +127,8 @@ def _spare_a_core() -> AbstractContextManager[Any]:
 def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     """The region's exact result in float64, from validated float32 inputs."""
     a = validate_inputs(region, arrays)
-    with _spare_a_core():
+    # the limit is the process's: two references at once must not restore each other's
+    with _BLAS_LIMIT, _spare_a_core():
         return _reference(region, a)
 
 

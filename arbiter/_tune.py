@@ -113,6 +113,7 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
         # (its builds leave this process waiting); a progress bar's total needs them first
         head = [planned(todo[0])] if todo else []
         tail = pool.submit(lambda: [planned(r) for r in todo[1:]])
+        worker.before_timing(tail)
         shown = progress and sys.stderr.isatty()
         bar = _bar(sum(p.needed for *_, p in head + (tail.result() if shown else [])), shown)
         rows = []

@@ -34,6 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -140,8 +141,8 @@ class _Ahead:
                 built = None
             self.built[(lane, config.key)] = (built, start, time.perf_counter())
 
-    def wanted(self, lane: str | None, region: Any, config: Config | None) -> bool:
-        """Is this build to be waited for by a request for (lane, region, config)? The one
+    def waits_for(self, lane: str | None, region: Any, config: Config | None) -> bool:
+        """Must a request for (lane, region, config) wait for this build (else drop it)? The one
         expected next only by its own request; early ones by any request in their region
         (no compile may run while a candidate is checked or timed)."""
         if lane is None or config is None or region != self.region:
@@ -173,7 +174,7 @@ def _take_ahead(lane: str | None = None, region: Any = None,
     ahead = _AHEAD.pop() if _AHEAD else None
     if ahead is None:
         return None, 0.0, 0.0
-    if not ahead.wanted(lane, region, config):
+    if not ahead.waits_for(lane, region, config):
         ahead.drop()
         return None, 0.0, 0.0
     t0 = time.perf_counter()
@@ -249,7 +250,8 @@ class _Go:
         if self.next is None or not self._builds_next():
             return
         lane, config = self.next
-        if _AHEAD and _AHEAD[0].region == self.region and (lane, config.key) in _AHEAD[0].names:
+        held = _AHEAD[0] if _AHEAD and _AHEAD[0].region == self.region else None
+        if held is not None and (lane, config.key) in (held.built if held.early else held.names):
             return  # under way (this is called again once the reply is ready), or built early
         _take_ahead()
         _AHEAD.append(_Ahead(self.region, [(lane, config)]))
@@ -440,6 +442,8 @@ class Worker:
         self.gpu = False  # one of them is not a CPU lane
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self.hinted = False  # told to build early: it may run compilers before any request
+        self._early = 0  # builds hinted since the last request: its deadline allows for them
+        self._parent_work: list[Future[Any]] = []  # to finish before the next timing
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -485,8 +489,14 @@ class Worker:
         if self.busy:
             return
         self.hinted = True
+        self._early += len(candidates)
         _send_to(self._start(), {"op": "early", "region": region,
                                  "candidates": list(candidates), "settings": _settings_now()})
+
+    def before_timing(self, work: Future[Any]) -> None:
+        """Parent work running in a thread of its own: the next go waits for it, so it never
+        runs beside a timing."""
+        self._parent_work.append(work)
 
     def _asked(self, lanes: Iterable[str]) -> None:
         """Note the lanes about to run in the child, and whether any is not a CPU lane (one
@@ -531,6 +541,8 @@ class Worker:
     def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None) -> Any:
         if self.busy:
             self._kill()  # interrupted in a request: its late reply must not answer this one
+        # the first request waits for the builds hinted before it: as many more deadlines
+        timeout, self._early = timeout * (1 + self._early), 0
         proc = self._start()
         self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None
@@ -575,6 +587,8 @@ class Worker:
         assert proc.stdin is not None
         try:
             expected = meanwhile() if meanwhile is not None else None
+            while self._parent_work:
+                wait([self._parent_work.pop()])  # its errors are its owner's to read
         except BaseException:
             # the parent's own error, never the candidate's: it propagates, and the child goes
             # (its reply would be read by the next request)

@@ -90,6 +90,11 @@ def test_budget_at_query_time_answers_from_records(env):
     assert _rows(env, "select count(*) from measurements") == before
 
 
+def test_regions_given_as_an_iterator_are_all_tuned(env):
+    [row] = arbiter.tune(iter([REGION]), db=env, trials=3, lanes=["fake_tiny"], seed=1)
+    assert row["region"] == "small" and row["lane"] == "fake_tiny"
+
+
 def test_never_tuned_region_says_so(env):
     arbiter.tune(REGION, db=env, trials=1, lanes=["numpy"])
     with pytest.raises(ArbiterError, match="never tuned"):

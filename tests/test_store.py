@@ -198,6 +198,7 @@ def test_a_fingerprint_started_early_is_the_one_every_caller_gets(monkeypatch):
     # `tune` starts the fingerprint in a thread before its imports; the sweep's own call
     # waits for that one instead of querying the compilers a second time
     import threading
+    import time
 
     from arbiter import _fingerprint
 
@@ -216,10 +217,11 @@ def test_a_fingerprint_started_early_is_the_one_every_caller_gets(monkeypatch):
     got: list[object] = []
     caller = threading.Thread(target=lambda: got.append(_fingerprint.fingerprint()))
     caller.start()
+    time.sleep(0.2)  # both callers in, the queries held
     gate.set()
     caller.join(10)
     assert got and got[0] is _fingerprint.fingerprint()
-    assert sorted(queried) == sorted({_fingerprint.settings().cc, *_fingerprint.COMPILERS})
+    assert sorted(queried) == sorted((_fingerprint.settings().cc, *_fingerprint.COMPILERS))
 
 
 def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, monkeypatch):

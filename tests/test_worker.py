@@ -33,6 +33,19 @@ def test_timing_waits_for_the_parents_work():
     assert out.timing_s < out.gate_s
 
 
+def test_timing_waits_for_the_parents_work_in_its_threads():
+    # the later regions' plans, made in a thread while the first region is searched
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Worker(timeout=60) as w, ThreadPoolExecutor(1) as pool:
+        w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3)  # child imports done
+        planning = pool.submit(time.sleep, 0.5)
+        w.before_timing(planning)
+        out = w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3)
+        assert planning.done()
+    assert out.measurement.status is Status.OK and out.gate_s > 0.3
+
+
 @pytest.mark.parametrize("error", [RuntimeError, BrokenPipeError])
 def test_failing_parent_work_restarts_the_worker_cleanly(error):
     # a BrokenPipeError of the parent's own (a progress line to a closed stderr) must not pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -93,20 +94,24 @@ def per_file(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]], url: str
     replaced since (pooled connections to a deleted file would go on writing into it, and
     every record written there would be lost); the least recently used beyond
     `PER_FILE_KEPT` are closed, so a notebook going through many databases keeps no files
-    open for ever."""
-    ident = file_identity(url)
-    known = cache.pop(url, None)
-    if known is not None:
-        was, obj = known
-        if was == ident:
-            cache[url] = known
-            return obj
-        close(obj)
-    obj = make()
-    cache[url] = (ident, obj)
-    while len(cache) > PER_FILE_KEPT:
-        close(cache.popitem(last=False)[1][1])
-    return obj
+    open for ever. Threads of one sweep share it (the later regions' plans, the studies)."""
+    with _PER_FILE_LOCK:
+        ident = file_identity(url)
+        known = cache.pop(url, None)
+        if known is not None:
+            was, obj = known
+            if was == ident:
+                cache[url] = known
+                return obj
+            close(obj)
+        obj = make()
+        cache[url] = (ident, obj)
+        while len(cache) > PER_FILE_KEPT:
+            close(cache.popitem(last=False)[1][1])
+        return obj
+
+
+_PER_FILE_LOCK = threading.RLock()
 
 
 def _new_engine(url: str) -> Engine:
