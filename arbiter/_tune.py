@@ -9,11 +9,10 @@ re-checked against the oracle here before it is served.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import chain
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from ._api import DEFAULT_TRIALS, spec_regions, usable_lanes
 from ._errors import ArbiterError, LaneError
@@ -33,7 +32,6 @@ from ._worker import Worker
 __all__ = ["best", "best_rows", "tune"]
 
 VERIFY_TRIES = 3
-T = TypeVar("T")
 
 
 def _precision(lane: str, config: dict) -> str:
@@ -103,40 +101,60 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
         records = Records(url)
         fp = fp_query.result()
 
-        def planned(region: Region) -> tuple[Region, int, int, dict[str, int], Plan]:
-            region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
-            region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
-            return (region, region_id, env_id, lane_ids,
-                    plan(region, region_lanes, records, region_id, env_id, trials))
+    def planned(region: Region) -> tuple[Region, int, int, dict[str, int], Plan]:
+        region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+        region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
+        return (region, region_id, env_id, lane_ids,
+                plan(region, region_lanes, records, region_id, env_id, trials))
 
-        # the regions after the first are planned in a thread while the first is searched
-        # (its builds leave this process waiting); a progress bar's total needs them first
-        head = [planned(todo[0])] if todo else []
-        tail = pool.submit(lambda: [planned(r) for r in todo[1:]])
-        worker.before_timing(tail)
-        shown = progress and sys.stderr.isatty()
-        bar = _bar(sum(p.needed for *_, p in head + (tail.result() if shown else [])), shown)
-        rows = []
-        try:
-            for region, region_id, env_id, lane_ids, p in chain(head, _then(tail)):
-                b = budget_of(region, budget)
-                if not p.lanes:
-                    rows.append(_empty(region, b, "no applicable lane"))
-                    continue
-                bar.set_description(region.name or region.key[:12])
+    # the regions after the first are planned one per worker window while the first is
+    # searched; a progress bar's total needs them all first
+    plans = [planned(r) for r in todo[:1]]
+    later = list(todo[1:])
+    first_window = [True]
 
-                def tick(lane, cfg, r, _new, _name=region.name):
-                    bar.update(1)
-                    if on_trial:
-                        on_trial(_name, lane, r)
+    def plan_one() -> bool:
+        """Plan the next region; False once none is left."""
+        if later:
+            plans.append(planned(later.pop(0)))
+        return bool(later)
 
-                t = tune_region(region, p, records, worker, region_id=region_id,
-                                env_id=env_id, lane_ids=lane_ids, fingerprint=fp.hash,
-                                budget=b, sampler=sampler, seed=seed, warmup=warmup,
-                                repeats=repeats, refinal=refinal, on_trial=tick)
-                rows.append(_tuned_row(region, b, t, records, region_id, env_id))
-        finally:
-            bar.close()
+    def in_window() -> bool:
+        if first_window:  # Optuna's storage opens in a thread there: not beside it
+            first_window.clear()
+            return True
+        return plan_one()
+
+    shown = progress and sys.stderr.isatty()
+    while shown and plan_one():
+        pass
+    worker.between_trials(in_window)
+    bar = _bar(sum(p.needed for *_, p in plans), shown)
+    rows = []
+    try:
+        for i in range(len(todo)):
+            while len(plans) <= i:
+                plan_one()
+            region, region_id, env_id, lane_ids, p = plans[i]
+            b = budget_of(region, budget)
+            if not p.lanes:
+                rows.append(_empty(region, b, "no applicable lane"))
+                continue
+            bar.set_description(region.name or region.key[:12])
+
+            def tick(lane, cfg, r, _new, _name=region.name):
+                bar.update(1)
+                if on_trial:
+                    on_trial(_name, lane, r)
+
+            t = tune_region(region, p, records, worker, region_id=region_id, env_id=env_id,
+                            lane_ids=lane_ids, fingerprint=fp.hash, budget=b,
+                            sampler=sampler, seed=seed, warmup=warmup, repeats=repeats,
+                            refinal=refinal, on_trial=tick)
+            rows.append(_tuned_row(region, b, t, records, region_id, env_id))
+    finally:
+        worker.between_trials(None)
+        bar.close()
     return rows
 
 
@@ -151,10 +169,6 @@ class _NoBar:
 
     def close(self) -> None:
         pass
-
-
-def _then(later: Future[list[T]]) -> Iterator[T]:
-    yield from later.result()
 
 
 def _bar(total: int, shown: bool) -> Any:

@@ -34,7 +34,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -443,7 +442,7 @@ class Worker:
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self.hinted = False  # told to build early: it may run compilers before any request
         self._early = 0  # builds hinted since the last request: its deadline allows for them
-        self._parent_work: list[Future[Any]] = []  # to finish before the next timing
+        self._chores: list[Callable[[], bool]] = []  # parent work, a step per window
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -493,10 +492,10 @@ class Worker:
         _send_to(self._start(), {"op": "early", "region": region,
                                  "candidates": list(candidates), "settings": _settings_now()})
 
-    def before_timing(self, work: Future[Any]) -> None:
-        """Parent work running in a thread of its own: the next go waits for it, so it never
-        runs beside a timing."""
-        self._parent_work.append(work)
+    def between_trials(self, chore: Callable[[], bool] | None) -> None:
+        """Parent work done a step at a time, one step in each check's window after its
+        `meanwhile` (so never beside a timing), until a step returns False; None drops it."""
+        self._chores = [chore] if chore is not None else []
 
     def _asked(self, lanes: Iterable[str]) -> None:
         """Note the lanes about to run in the child, and whether any is not a CPU lane (one
@@ -587,8 +586,8 @@ class Worker:
         assert proc.stdin is not None
         try:
             expected = meanwhile() if meanwhile is not None else None
-            while self._parent_work:
-                wait([self._parent_work.pop()])  # its errors are its owner's to read
+            if self._chores and not self._chores[0]():
+                self._chores.clear()
         except BaseException:
             # the parent's own error, never the candidate's: it propagates, and the child goes
             # (its reply would be read by the next request)

@@ -33,17 +33,22 @@ def test_timing_waits_for_the_parents_work():
     assert out.timing_s < out.gate_s
 
 
-def test_timing_waits_for_the_parents_work_in_its_threads():
-    # the later regions' plans, made in a thread while the first region is searched
-    from concurrent.futures import ThreadPoolExecutor
-
-    with Worker(timeout=60) as w, ThreadPoolExecutor(1) as pool:
+def test_parent_chores_are_done_a_step_per_window_never_beside_a_timing():
+    # the later regions' plans, made one per window while the first region is searched
+    with Worker(timeout=60) as w:
         w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3)  # child imports done
-        planning = pool.submit(time.sleep, 0.5)
-        w.before_timing(planning)
-        out = w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3)
-        assert planning.done()
-    assert out.measurement.status is Status.OK and out.gate_s > 0.3
+        steps: list[int] = []
+
+        def step() -> bool:
+            time.sleep(0.3)
+            steps.append(len(steps))
+            return len(steps) < 2
+
+        w.between_trials(step)
+        outs = [w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3) for _ in range(3)]
+    assert all(o.measurement.status is Status.OK for o in outs)
+    assert steps == [0, 1]  # one step in each of two windows, then dropped
+    assert outs[0].gate_s > 0.2 and outs[1].gate_s > 0.2 and outs[2].gate_s < 0.2
 
 
 @pytest.mark.parametrize("error", [RuntimeError, BrokenPipeError])
