@@ -64,10 +64,9 @@ DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not 
 def spec_regions(spec: str | Path | Spec | Region | Sequence[Region],
                  names: Sequence[str] | None = None) -> list[Region]:
     """The regions of a spec (a file, a Spec, one region or a list), or the ones named."""
-    if isinstance(spec, (str, Path)):
-        spec = load_spec(spec)
-    if isinstance(spec, Spec):
-        return [spec.get(n) for n in names] if names else list(spec)
+    if isinstance(spec, (str, Path, Spec)):
+        whole = _spec(spec)
+        return [whole.get(n) for n in names] if names else list(whole)
     if isinstance(spec, Region.__args__):  # type: ignore[attr-defined]
         return [spec]  # type: ignore[list-item]
     return list(spec)  # type: ignore[arg-type]

@@ -176,12 +176,13 @@ def _take_ahead(lane: str | None = None, region: Any = None,
     if not ahead.waits_for(lane, region, config):
         ahead.drop()
         return None, 0.0, 0.0
+    assert lane is not None and config is not None  # `waits_for` wants both
     t0 = time.perf_counter()
     if ahead.waited_from is None:
         ahead.waited_from = t0
     ahead.thread.join()
     waited = time.perf_counter() - t0
-    found = ahead.built.pop((str(lane), config.key if config is not None else ""), None)
+    found = ahead.built.pop((lane, config.key), None)
     if ahead.early and ahead.built:
         _AHEAD.append(ahead)
     if found is None:

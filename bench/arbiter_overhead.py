@@ -263,10 +263,6 @@ def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table:
 
 
 def main() -> None:
-    # bytecode for the arbiter's own modules, as an installed package has it (pip compiles on
-    # install): with PYTHONDONTWRITEBYTECODE set, every start would compile them again
-    for package in ("arbiter", "lanes"):
-        compileall.compile_dir(ROOT / package, quiet=1)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "arbiter_overhead.json"))
     ap.add_argument("--rerun-trials", type=int, default=6)
@@ -281,6 +277,11 @@ def main() -> None:
         print(json.dumps(sweep(Path(tmp), SPEC_TRIALS, "spec.db", whole_spec=True,
                                spawned_at=float(spawned_at))))
         return
+    # bytecode for the arbiter's own modules, as an installed package has it (pip compiles on
+    # install): with PYTHONDONTWRITEBYTECODE set, every start would compile them again; done
+    # once here, not in the whole-spec sweep's process, whose start is timed
+    for package in ("arbiter", "lanes"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
