@@ -20,11 +20,44 @@ def constraint_of(trial: Any) -> tuple[float]:
     return (float(trial.user_attrs.get(ATTR, {}).get("constraint", 1.0)),)
 
 
+def _growing_groups() -> Any:
+    """Optuna's group decomposition of the search space, fed each finished trial once.
+
+    TPE (`group=True`) recomputes it at every ask from every finished trial, then deep-copies
+    it: ~0.5 ms of a ~1.3 ms ask at 40 trials, growing with the study. Adding a trial again
+    never changes a decomposition that already holds it (its groups keep their order, as each
+    is inside or outside that trial's parameters), so adding only the new ones gives the same
+    groups in the same order, hence the same proposals (a test compares them)."""
+    from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
+    from optuna.trial import TrialState
+
+    class Growing(_GroupDecomposedSearchSpace):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(include_pruned=True)
+            self.seen: set[int] = set()
+
+        def calculate(self, study: Any, use_cache: bool = False) -> Any:
+            for t in study.get_trials(deepcopy=False,
+                                      states=(TrialState.COMPLETE, TrialState.PRUNED)):
+                if t.number not in self.seen:
+                    self.seen.add(t.number)
+                    self._search_space.add_distributions(t.distributions)
+            # add_distributions replaces the list and never changes a group's dict in place
+            groups = _SearchSpaceGroup()
+            groups._search_spaces = list(self._search_space.search_spaces)
+            return groups
+
+    return Growing()
+
+
 def _tpe(seed: int | None, **kw: Any) -> Any:
     from optuna.samplers import TPESampler
 
     # constant_liar: the next candidate is asked while the current one is in the worker
-    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
+    sampler = TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
+    if getattr(sampler, "_group_decomposed_search_space", None) is not None:
+        sampler._group_decomposed_search_space = _growing_groups()
+    return sampler
 
 
 def _gp(seed: int | None) -> Any:
