@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._errors import InputError
+from ._parts import in_parts
 from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
 
 __all__ = [
@@ -98,8 +99,18 @@ def random_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
     return arrays
 
 
+# Elements per thread of a poisoning at least: a fill is cheaper than a comparison, so the
+# hand-off pays later (16-core host: 2M elements 0.40 ms on one thread, 0.50 on four).
+POISON_PART_MIN = 1 << 21
+
+
 def poison(out: np.ndarray) -> None:
-    out.view(np.uint32)[...] = POISON_BITS
+    bits = out.view(np.uint32)
+    if not bits.flags.c_contiguous:  # a slice: in place as it is
+        bits[...] = POISON_BITS
+        return
+    flat = bits.reshape(-1)
+    in_parts(flat.size, lambda lo, hi: flat[lo:hi].fill(POISON_BITS), part_min=POISON_PART_MIN)
 
 
 def untouched_count(out: np.ndarray) -> int:

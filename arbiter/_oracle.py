@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -16,6 +15,7 @@ import numpy as np
 from ._errors import InputError
 from ._inputs import output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
+from ._parts import PART_MIN, cores_but_one, in_parts
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
 from ._values import Status
 
@@ -117,11 +117,7 @@ def _spare_a_core() -> AbstractContextManager[Any]:
     product spread over every core waits for the one the parent holds (a small matmul
     chain's references: 3 ms alone, 10-30 ms beside a busy parent on 2 cores). The products
     are done a block of rows at a time, so one thread fewer costs nothing measurable."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return _blas_pools().limit(limits=max(1, cores - 1), user_api="blas")
+    return _blas_pools().limit(limits=cores_but_one(), user_api="blas")
 
 
 def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -199,25 +195,36 @@ def _faults(flat_out: np.ndarray) -> tuple[int, int]:
     return untouched, nonfinite
 
 
-def compare(out: np.ndarray, ref: np.ndarray, budget: float,
-            norm_ref: float | None = None) -> Verdict:
-    """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error.
-
-    `norm_ref` is `||ref||` when the caller already has it (the check compares many candidates
-    against one reference)."""
-    if out.shape != ref.shape:
-        raise InputError(f"output shape {out.shape} != reference shape {ref.shape}")
-    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
-    buf = np.empty(min(CHUNK, out.size), np.float64)
+def _squares(flat_out: np.ndarray, flat_ref: np.ndarray, lo: int, hi: int) -> tuple[float, float]:
+    """Sum and largest of the squared differences over lo..hi, a cached chunk at a time."""
+    buf = np.empty(min(CHUNK, hi - lo), np.float64)
     sumsq = max_sq = 0.0
-    for s in range(0, out.size, CHUNK):
-        o = flat_out[s:s + CHUNK]
+    for s in range(lo, hi, CHUNK):
+        o = flat_out[s:min(s + CHUNK, hi)]
         d = buf[:o.size]
         d[...] = o  # one plain cast: a mixed-type subtract casts in small buffered pieces
-        np.subtract(d, flat_ref[s:s + CHUNK], out=d)
+        np.subtract(d, flat_ref[s:s + o.size], out=d)
         np.square(d, out=d)
         sumsq += float(d.sum())
         max_sq = max(max_sq, float(d.max()))
+    return sumsq, max_sq
+
+
+def compare(out: np.ndarray, ref: np.ndarray, budget: float,
+            norm_ref: float | None = None, threads: int | None = None,
+            part_min: int = PART_MIN) -> Verdict:
+    """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error.
+
+    `norm_ref` is `||ref||` when the caller already has it (the check compares many candidates
+    against one reference). A large output is compared in parts on the free cores
+    (`_parts.in_parts`; `threads` and `part_min` override how many)."""
+    if out.shape != ref.shape:
+        raise InputError(f"output shape {out.shape} != reference shape {ref.shape}")
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    parts = in_parts(out.size, lambda lo, hi: _squares(flat_out, flat_ref, lo, hi),
+                     align=CHUNK, threads=threads, part_min=part_min)
+    sumsq = sum(p[0] for p in parts)
+    max_sq = max(p[1] for p in parts)
     # the poison is a NaN: one sum over the squared differences is finite only when every
     # element was written and is finite (a float32 difference squared cannot overflow float64),
     # so the elements are counted one by one only for a faulty output

@@ -4,6 +4,7 @@
 #   OUT=/tmp/h200 bash bench/h200_suite.sh tune      # every lane on examples/regions.toml, then
 #                                                    # records vs database-study trials
 #   OUT=/tmp/h200 bash bench/h200_suite.sh overhead  # bench/arbiter_overhead.py --only-overhead
+#   OUT=/tmp/h200 bash bench/h200_suite.sh parts     # bench/oracle_parts.py: compare/poison threads
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/h200}
@@ -39,6 +40,10 @@ PY
       timeout 560 python3 bench/arbiter_overhead.py --only-overhead \
         --out "$out/arbiter_overhead_h200.json" >"$out/overhead.txt" 2>&1
       echo "overhead: rc=$? in $((SECONDS - t0)) s" ;;
-    *) echo "unknown step $step (tests, tune, overhead)"; exit 2 ;;
+    parts)
+      timeout 300 python3 bench/oracle_parts.py --out "$out/oracle_parts.json" \
+        >"$out/parts.txt" 2>&1
+      echo "parts: rc=$? in $((SECONDS - t0)) s" ;;
+    *) echo "unknown step $step (tests, tune, overhead, parts)"; exit 2 ;;
   esac
 done

@@ -137,6 +137,44 @@ def test_compare_across_chunks_matches_a_whole_array_computation():
         compare(out[:-1], ref, 1e-3)
 
 
+def test_compare_and_poison_in_parts_on_several_threads_agree_with_one():
+    # a many-core machine splits a large output across its free cores; forced here on any
+    from arbiter._oracle import CHUNK
+
+    rng = np.random.default_rng()
+    ref = rng.standard_normal((7, CHUNK // 2 + 3))  # parts of whole chunks, a partial last one
+    out = (ref * (1 + 1e-5 * rng.standard_normal(ref.shape))).astype(np.float32)
+    one = compare(out, ref, 1e-3, threads=1)
+    many = compare(out, ref, 1e-3, threads=3, part_min=CHUNK)
+    diff = out.astype(np.float64) - ref
+    assert one.status is many.status is Status.OK
+    assert many.rel_error == pytest.approx(one.rel_error, rel=1e-12)
+    assert many.rel_error == pytest.approx(np.linalg.norm(diff) / np.linalg.norm(ref), rel=1e-9)
+    assert many.max_abs == one.max_abs == np.abs(diff).max()
+    for row, bad, status in ((0, np.nan, Status.NAN), (3, np.inf, Status.NAN),
+                             (5, None, Status.UNTOUCHED)):
+        faulty = out.copy()
+        if bad is None:
+            poison(faulty[row:, -5:])  # not contiguous: poisoned in place, on one thread
+        else:
+            faulty[row, -1] = bad
+        v = compare(faulty, ref, 1.0, threads=3, part_min=CHUNK)
+        assert v.status is status and f"of {out.size} elements" in v.detail
+
+
+def test_in_parts_covers_the_range_in_order_on_aligned_bounds():
+    from arbiter._parts import in_parts
+
+    seen = in_parts(1000, lambda lo, hi: (lo, hi), align=64, threads=4, part_min=100)
+    assert seen == [(0, 256), (256, 512), (512, 768), (768, 1000)]
+    assert in_parts(1000, lambda lo, hi: (lo, hi), threads=4, part_min=600) == [(0, 1000)]
+    assert in_parts(0, lambda lo, hi: (lo, hi), threads=4) == [(0, 0)]
+    big = np.zeros(1 << 12, np.float32)
+    in_parts(big.size, lambda lo, hi: poison(big[lo:hi]), threads=3, part_min=1 << 10)
+    assert compare(big, np.ones(big.shape), 1.0).status is Status.UNTOUCHED
+    assert np.isnan(big).all()
+
+
 def test_reference_leaves_a_core_to_the_sweep_beside_it(monkeypatch):
     # the worker's references run while the parent process works (sampler, database writes):
     # their products use every core but one, and the lanes' BLAS is left as it was

@@ -1,0 +1,59 @@
+"""Memory-bound numpy passes over a large output, split across the cores a sweep leaves free.
+
+A sweep's parent process works beside its trial worker, so the worker's own helpers use every
+core but one. numpy releases the GIL inside each ufunc call, so threads over contiguous parts
+of an array run in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+__all__ = ["MAX_THREADS", "PART_MIN", "cores_but_one", "in_parts"]
+
+T = TypeVar("T")
+
+# Measured by bench/oracle_parts.py (BENCHMARKS.md): on a 16-core host, comparing 512K
+# elements on 2-15 threads was slower than on one (0.69 ms), 2M on 4 threads 1.6x faster, 32M
+# on 8 threads 2.9x faster and on 15 slower than on 8 (memory-bound: more threads contend).
+PART_MIN = 1 << 19  # elements per part at least
+MAX_THREADS = 8
+
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (threads, pool)
+_POOL_LOCK = threading.Lock()
+
+
+def cores_but_one() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def _bounds(n: int, align: int, parts: int) -> list[tuple[int, int]]:
+    step = -(-n // parts)
+    step = -(-step // align) * align
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def in_parts(n: int, work: Callable[[int, int], T], align: int = 1,
+             threads: int | None = None, part_min: int = PART_MIN) -> list[T]:
+    """`work(lo, hi)` over contiguous ranges that cover 0..n, in order, each starting at a
+    multiple of `align`: one range when n is small or one core is free, else one per thread
+    (`threads`; by default every core but one, `MAX_THREADS` at most), of `part_min` elements
+    at least."""
+    parts = min(threads or min(MAX_THREADS, cores_but_one()), n // part_min)
+    if parts <= 1:
+        return [work(0, n)]
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0][0] < parts:
+            if _POOL:
+                _POOL[0][1].shutdown(wait=False)  # its queued work still runs
+            _POOL[:] = [(parts, ThreadPoolExecutor(parts, thread_name_prefix="arbiter-parts"))]
+        pool = _POOL[0][1]
+    return list(pool.map(lambda r: work(*r), _bounds(n, align, parts)))
