@@ -270,18 +270,35 @@ def _cpu_lane(name: str) -> bool:
         return False
 
 
+def _cases_beside_build(req: dict[str, Any]) -> list[int]:
+    """The request's seeds (fresh ones when it names none). When it is to wait for a build
+    in the background (its region's defaults, compiled during the sweep's start-up), the
+    seeds' inputs and references are made first, while that compiler runs: a region's first
+    check, the one that makes them, then overlaps the compile instead of following it."""
+    from ._check import cases, fresh_seeds
+
+    seeds = list(req["seeds"]) if req.get("seeds") is not None else fresh_seeds(2)
+    if _AHEAD and _AHEAD[0].waits_for(req["lane"], req["region"], req["config"]):
+        try:
+            cases(req["region"], seeds)
+        except Exception:  # noqa: BLE001  not a region the oracle takes: the check says so
+            pass
+    return seeds
+
+
 def _check(req: dict[str, Any]) -> Outcome:
     from ._check import check_candidate
     from ._registry import get_lane
 
     clock = {"build": 0.0, "timing": 0.0, "verify": 0.0}
     t0 = time.perf_counter()
+    seeds = _cases_beside_build(req)
     built, ahead_s, clock["build"] = _take_ahead(req["lane"], req["region"], req["config"])
     lane = _Timed(get_lane(req["lane"]), clock)
     budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
     gate: _Go = req["_gate"]
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
-                        seeds=req.get("seeds"), warmup=req["warmup"], repeats=req["repeats"],
+                        seeds=seeds, warmup=req["warmup"], repeats=req["repeats"],
                         gate=gate, built=built)
     if m.status is Status.OK and m.rel_error is not None and m.rel_error > budget:
         # timed because it is inside the ceiling (a looser budget may want it later), but it

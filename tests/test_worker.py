@@ -215,6 +215,31 @@ def test_the_first_candidates_are_built_while_the_parent_starts_up(tmp_path, mon
     assert d.built_ahead_s == 0  # a GPU lane's build is never made in the background
 
 
+def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(monkeypatch):
+    # in this process, as the worker does it: the request that is to wait for its region's
+    # defaults compiling in the background makes its inputs and references first
+    from arbiter import _check, _worker
+
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    _check.forget_cases()
+    ahead = _worker._Ahead(BIG, [SLOW_BUILD], early=True)
+    _worker._AHEAD.append(ahead)
+    try:
+        elsewhere = {"lane": "fake_tiny", "region": REGION, "config": ONE, "seeds": [5, 6]}
+        assert _worker._cases_beside_build(elsewhere) == [5, 6]
+        assert not _check._CASES  # another region: nothing made (its check drops that build)
+        first = {**elsewhere, "region": BIG}
+        assert _worker._cases_beside_build(first) == [5, 6]
+        assert [key for key in _check._CASES] == [(BIG, 5), (BIG, 6)]
+        assert ahead.thread.is_alive() and not ahead.built  # made while the compiler ran
+        fresh = _worker._cases_beside_build({**first, "seeds": None})
+        assert len(fresh) == 2 and all((BIG, s) in _check._CASES for s in fresh)
+    finally:
+        _worker._take_ahead()
+        _check.forget_cases()
+    assert not ahead.thread.is_alive()
+
+
 @pytest.mark.parametrize("how", ["close", "kill", "other region"])
 def test_an_early_build_never_outlives_the_worker_nor_runs_beside_another_region(monkeypatch,
                                                                                  how):
