@@ -25,7 +25,7 @@ from ._check import fresh_seeds
 from ._plan import Plan
 from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
 from ._studies import Studies
-from ._values import Config, Measurement, Status
+from ._values import Config, Measurement, Platform, Status
 from ._worker import Worker
 
 Expected = tuple[str, Config] | None  # the candidate expected after the one in the worker
@@ -130,9 +130,14 @@ def tune_region(
         if p.needed > 0:
             # every lane's default first (smallest spaces, i.e. the vendor libraries, leading):
             # the library is always a measured candidate and the sampler starts from sane points
-            for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n)):
-                default = p.spaces[name].default
-                if left() > 0 and (name, default.key) not in p.measured:
+            defaults = [(name, p.spaces[name].default)
+                        for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n))
+                        if (name, p.spaces[name].default.key) not in p.measured][:left()]
+            # the CPU lanes' compile while the first request makes the region's references
+            worker.build_early([(region, name, default) for name, default in defaults
+                                if p.lanes[name].platform is Platform.CPU])
+            for name, default in defaults:
+                if left() > 0:
                     measure(name, default, studies.recorded)
             rng = random.Random(seed)
             candidates = pool(p, rng)

@@ -11,10 +11,10 @@ Timing waits for the parent's "go", sent once its own work for the previous tria
 The go may name the candidate the parent expects next: for a large output and a CPU lane, the
 child then times the current candidate before comparing its outputs, and compiles the next
 one in a thread while it compares and replies (`_Ahead`). Before its own start-up, the
-parent may also name the first region's lane defaults (`Worker.build_early`): they compile
-while it imports and opens its records, and the first request waits for them. A build not
-wanted after all is stopped, compiler included, before anything else runs; none outlives the
-child.
+parent may also name the sweep's lane defaults (`Worker.build_early`): they compile, region
+after region, while it imports and opens its records, until its first request comes, which
+waits for the compile under way. A build not wanted after all is stopped, compiler included,
+before anything else runs; none outlives the child.
 """
 
 from __future__ import annotations
@@ -109,44 +109,47 @@ class _TimedRunner:
             self._runner.run(inputs, out)
 
 
+# (region, lane, config key): one candidate of one region
+_Key = tuple[Any, str, str]
+
+
 class _Ahead:
     """Candidates built in a thread before their requests come: the one the parent expects
     next (built once the current one is timed, while it is compared and its result goes
-    back), or, `early`, the first region's lane defaults, named by the parent before its own
-    start-up (imports, records), which their compiles then overlap."""
+    back), or, `early`, the sweep's lane defaults, region after region, named by the parent
+    before its own start-up (imports, records): they compile until the first request comes."""
 
-    def __init__(self, region: Any, candidates: list[tuple[str, Config]],
-                 early: bool = False) -> None:
-        self.region, self.early = region, early
-        self.names = [(lane, config.key) for lane, config in candidates]
-        # (lane, config key) -> (build, start, end)
-        self.built: dict[tuple[str, str], tuple[Any, float, float]] = {}
-        self.waited_from: float | None = None  # when a request first waited for the thread
-        self.stopped = False
+    def __init__(self, candidates: list[tuple[Any, str, Config]], early: bool = False) -> None:
+        self.early = early
+        self.names = [(region, lane, config.key) for region, lane, config in candidates]
+        # (region, lane, config key) -> (build, start, end)
+        self.built: dict[_Key, tuple[Any, float, float]] = {}
+        self.stopped = False  # killed: not wanted after all
+        self.enough = False  # a request waits: the build under way is the last one
         self.thread = threading.Thread(target=self._build, args=(candidates,), daemon=True)
         self.thread.start()
 
-    def _build(self, candidates: list[tuple[str, Config]]) -> None:
+    def _build(self, candidates: list[tuple[Any, str, Config]]) -> None:
         from ._check import build_candidate
         from ._registry import get_lane
 
-        for lane, config in candidates:
-            if self.stopped:
+        for region, lane, config in candidates:
+            if self.stopped or self.enough:
                 return
             start = time.perf_counter()
             try:
-                built = build_candidate(get_lane(lane), self.region, config)
+                built = build_candidate(get_lane(lane), region, config)
             except Exception:  # noqa: BLE001  the request for it builds again and reports
                 built = None
-            self.built[(lane, config.key)] = (built, start, time.perf_counter())
+            self.built[(region, lane, config.key)] = (built, start, time.perf_counter())
 
     def waits_for(self, lane: str | None, region: Any, config: Config | None) -> bool:
         """Must a request for (lane, region, config) wait for this build (else drop it)? The one
-        expected next only by its own request; early ones by any request in their region
-        (no compile may run while a candidate is checked or timed)."""
-        if lane is None or config is None or region != self.region:
+        expected next only by its own request; early ones by any request, for the compile
+        under way only (no compile may run while a candidate is checked or timed)."""
+        if lane is None or config is None:
             return False
-        return self.early or (lane, config.key) in self.names
+        return self.early or (region, lane, config.key) in self.names
 
     def drop(self) -> None:
         """Not wanted after all: its compiler is killed (it must not run while another
@@ -162,6 +165,9 @@ class _Ahead:
 
 
 _AHEAD: list[_Ahead] = []
+# builds made in the background and done, for their own requests:
+# key -> (build, the seconds of its compile before any request waited for it)
+_READY: dict[_Key, tuple[Any, float]] = {}
 
 
 def _take_ahead(lane: str | None = None, region: Any = None,
@@ -169,35 +175,33 @@ def _take_ahead(lane: str | None = None, region: Any = None,
     """The build of (lane, region, config) made in the background, once no background build
     runs: (the build or None, the seconds of its compile done before this request, the
     seconds this request waited). Builds not wanted by this request are dropped; early
-    builds of other candidates in its region are kept for their own requests."""
+    builds of other candidates are kept for their own requests."""
     ahead = _AHEAD.pop() if _AHEAD else None
-    if ahead is None:
-        return None, 0.0, 0.0
-    if not ahead.waits_for(lane, region, config):
+    waited = 0.0
+    if ahead is not None and not ahead.waits_for(lane, region, config):
         ahead.drop()
-        return None, 0.0, 0.0
-    assert lane is not None and config is not None  # `waits_for` wants both
-    t0 = time.perf_counter()
-    if ahead.waited_from is None:
-        ahead.waited_from = t0
-    ahead.thread.join()
-    waited = time.perf_counter() - t0
-    found = ahead.built.pop((lane, config.key), None)
-    if ahead.early and ahead.built:
-        _AHEAD.append(ahead)
-    if found is None:
+    elif ahead is not None:
+        t0 = time.perf_counter()
+        ahead.enough = True
+        ahead.thread.join()
+        waited = time.perf_counter() - t0
+        for key, (built, start, end) in ahead.built.items():
+            # what ran after a request began to wait is that request's build time
+            _READY[key] = (built, max(0.0, min(end, t0) - start))
+    if lane is None or config is None:
         return None, 0.0, waited
-    built, start, end = found
-    # what ran after a request began to wait is that request's build time
-    return built, max(0.0, min(end, ahead.waited_from) - start), waited
+    built, ahead_s = _READY.pop((region, lane, config.key), (None, 0.0))
+    return built, ahead_s, waited
 
 
 def _build_early(req: dict[str, Any]) -> None:
-    """The parent's hint: build its first region's lane defaults now (CPU lanes only)."""
+    """The parent's hint: build these lane defaults now (CPU lanes only; those built early
+    before are kept)."""
     _take_ahead()
-    cpu = [(lane, config) for lane, config in req["candidates"] if _cpu_lane(lane)]
+    cpu = [(region, lane, config) for region, lane, config in req["candidates"]
+           if _cpu_lane(lane) and (region, lane, config.key) not in _READY]
     if cpu:
-        _AHEAD.append(_Ahead(req["region"], cpu, early=True))
+        _AHEAD.append(_Ahead(cpu, early=True))
 
 
 # Outputs at least this large are compared while the next candidate builds: two comparisons
@@ -250,11 +254,11 @@ class _Go:
         if self.next is None or not self._builds_next():
             return
         lane, config = self.next
-        held = _AHEAD[0] if _AHEAD and _AHEAD[0].region == self.region else None
-        if held is not None and (lane, config.key) in (held.built if held.early else held.names):
-            return  # under way (this is called again once the reply is ready), or built early
+        key = (self.region, lane, config.key)
+        if key in _READY or (_AHEAD and key in _AHEAD[0].names):
+            return  # built early, or under way (this is called again once the reply is ready)
         _take_ahead()
-        _AHEAD.append(_Ahead(self.region, [(lane, config)]))
+        _AHEAD.append(_Ahead([(self.region, lane, config)]))
 
 
 def _cpu_lane(name: str) -> bool:
@@ -347,6 +351,7 @@ def _forget(req: dict[str, Any]) -> None:
     from ._check import forget_cases
 
     forget_cases()
+    _READY.clear()
     gc.collect()
 
 
@@ -409,6 +414,7 @@ def _serve_requests(reply_fd: int) -> None:
         env = req.pop("settings", None)
         if env is not None and env != _settings_now():
             _take_ahead()  # built under other settings (another cache)
+            _READY.clear()
         _use_settings(env)
         if req["op"] == "early":  # a hint: no reply
             _build_early(req)
@@ -459,7 +465,7 @@ class Worker:
         self.gpu = False  # one of them is not a CPU lane
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self.hinted = False  # told to build early: it may run compilers before any request
-        self._early = 0  # builds hinted since the last request: its deadline allows for them
+        self._early = False  # builds hinted since the last request: it waits for one
         self._chores: list[Callable[[], bool]] = []  # parent work, a step per window
         self._log = tempfile.TemporaryFile()
 
@@ -499,16 +505,17 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def build_early(self, region: Any, candidates: Sequence[tuple[str, Config]]) -> None:
-        """Have the child compile these candidates of `region` now, in the background (CPU
-        lanes only), for the requests to come: a hint, with no reply. The next request waits
-        for those builds before it checks anything."""
-        if self.busy:
-            return
+    def build_early(self, candidates: Sequence[tuple[Any, str, Config]]) -> None:
+        """Have the child compile these (region, lane, config) candidates now, in order, in
+        the background (CPU lanes only), for the requests to come: a hint, with no reply. The
+        next request stops them: it waits for the compile under way before it checks
+        anything, and no other starts."""
+        if self.busy or self._early:
+            return  # (a hint not yet taken up by a request: a second one would stop its compile)
         self.hinted = True
-        self._early += len(candidates)
-        _send_to(self._start(), {"op": "early", "region": region,
-                                 "candidates": list(candidates), "settings": _settings_now()})
+        self._early = True
+        _send_to(self._start(), {"op": "early", "candidates": list(candidates),
+                                 "settings": _settings_now()})
 
     def between_trials(self, chore: Callable[[], bool] | None) -> None:
         """Parent work done a step at a time, one step in each check's window after its
@@ -558,8 +565,8 @@ class Worker:
     def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None) -> Any:
         if self.busy:
             self._kill()  # interrupted in a request: its late reply must not answer this one
-        # the first request waits for the builds hinted before it: as many more deadlines
-        timeout, self._early = timeout * (1 + self._early), 0
+        # the first request after a hint waits for the compile under way: one more deadline
+        timeout, self._early = timeout * (2 if self._early else 1), False
         proc = self._start()
         self.requests += 1
         assert proc.stdin is not None and proc.stdout is not None

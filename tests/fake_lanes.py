@@ -218,7 +218,8 @@ _ATTRS += ("device",)
 
 
 class SlowBuild(Tiny):
-    """`Tiny` whose build runs a compiler that takes 30 s (a `sleep`)."""
+    """`Tiny` whose build runs a compiler that takes 30 s (a `sleep`; FAKE_BUILD_SECONDS
+    says otherwise)."""
 
     name = "fake_slow_build"
 
@@ -226,7 +227,8 @@ class SlowBuild(Tiny):
         if os.environ.get("FAKE_BUILD_LOG"):  # each build started, for the tests to count
             with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
                 f.write(f"{source.config.key}\n")
-        rc, log = run_tool(["sleep", "30"], stoppable=True)
+        rc, log = run_tool(["sleep", os.environ.get("FAKE_BUILD_SECONDS", "30")],
+                           stoppable=True)
         if rc != 0:
             raise BuildError(f"compile failed (exit {rc})", log)
         return super().build(source)

@@ -373,6 +373,38 @@ def test_database_study_behind_the_records_catches_up_on_the_next_run(env):
     assert sorted(ids) == _candidates(env)
 
 
+@pytest.mark.parametrize("own_worker", [False, True])
+def test_each_regions_defaults_compile_while_its_first_request_makes_its_references(
+        env, monkeypatch, own_worker):
+    from arbiter._worker import Worker
+
+    regions = [FusedRegion(8, 16, 8 * i, name=f"r{i}", epilogue=("bias", "relu"))
+               for i in (2, 3, 4)] + [REGION]
+    seen = []
+    check = Worker.check
+
+    def watched(self, lane, region, config, *a, **kw):
+        out = check(self, lane, region, config, *a, **kw)
+        seen.append((region.name, lane, out.built_ahead_s, out.build_s))
+        return out
+
+    monkeypatch.setattr(Worker, "check", watched)
+    kw = {"db": env, "trials": 2, "lanes": ["fake_tiny", "x86_c"], "seed": 1}
+    if own_worker:  # no hint from `tune` before its start-up: each region's own, first one too
+        with Worker(timeout=60) as w:
+            rows = arbiter.tune(regions, worker=w, **kw)
+    else:
+        rows = arbiter.tune(regions, **kw)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    x86 = [(name, ahead, build) for name, lane, ahead, build in seen if lane == "x86_c"]
+    assert [name for name, _, _ in x86] == ["r2", "r3", "r4", "small"]
+    # a default built early: part of its compile ran before a request waited for it, and
+    # its own request found it done
+    assert all(ahead > 0 and build < 0.05 for _, ahead, build in x86), x86
+    # the first request of each region (the vendor default's) waited for that compile
+    assert all(build > 0 for name, lane, ahead, build in seen if lane == "fake_tiny")
+
+
 @pytest.mark.parametrize("trials", [100, 12])  # a space enumerated, a space sampled
 def test_each_next_candidate_is_built_while_the_one_before_is_compared(env, monkeypatch,
                                                                         trials):

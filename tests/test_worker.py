@@ -139,17 +139,23 @@ SLOW_BUILD = ("fake_slow_build", Config.of(block=4, unroll=2, fast=False))
 ONE, OTHER = Config.of(block=4, unroll=2, fast=False), Config.of(block=2, unroll=2, fast=False)
 
 
+def _sleeping(w: Worker) -> int:
+    """The pid of the worker's compiler (a fake lane's `sleep`), once it runs."""
+    assert w.proc is not None
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        compiler = next((p for p, name in _children(w.proc.pid).items() if name == "sleep"), None)
+        if compiler is not None:
+            return compiler
+        time.sleep(0.02)
+    raise AssertionError("the build in the background never started")
+
+
 def _ahead_sleeping(w: Worker) -> int:
     """Check ONE, naming the slow build as next; the pid of that build's 30 s compiler."""
     a = w.check("fake_tiny", BIG, ONE, 1e-3, warmup=0, repeats=3, meanwhile=lambda: SLOW_BUILD)
-    assert a.measurement.status is Status.OK and w.proc is not None
-    end = time.monotonic() + 5
-    while time.monotonic() < end:
-        sleeping = [p for p, name in _children(w.proc.pid).items() if name == "sleep"]
-        if sleeping:
-            return sleeping[0]
-        time.sleep(0.02)
-    raise AssertionError("the build ahead never started")
+    assert a.measurement.status is Status.OK
+    return _sleeping(w)
 
 
 def test_the_build_ahead_runs_once_while_the_worker_replies_and_waits(tmp_path, monkeypatch):
@@ -198,7 +204,8 @@ def test_the_first_candidates_are_built_while_the_parent_starts_up(tmp_path, mon
     default, other = list(get_lane("x86_c").space(REGION).configs())[:2]
     with Worker(timeout=120) as w:
         t0 = time.perf_counter()
-        w.build_early(REGION, [("numpy", Config()), ("x86_c", default), ("fake_device", ONE)])
+        w.build_early([(REGION, "numpy", Config()), (REGION, "x86_c", default),
+                       (REGION, "fake_device", ONE)])
         time.sleep(0.05)  # the parent's start-up
         a = w.check("numpy", REGION, Config(), 1e-3, warmup=0, repeats=3)
         span = time.perf_counter() - t0
@@ -216,53 +223,67 @@ def test_the_first_candidates_are_built_while_the_parent_starts_up(tmp_path, mon
 
 
 def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(monkeypatch):
-    # in this process, as the worker does it: the request that is to wait for its region's
-    # defaults compiling in the background makes its inputs and references first
+    # in this process, as the worker does it: the request that is to wait for the defaults
+    # compiling in the background makes its inputs and references first
     from arbiter import _check, _worker
 
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     _check.forget_cases()
-    ahead = _worker._Ahead(BIG, [SLOW_BUILD], early=True)
+    ahead = _worker._Ahead([(BIG, *SLOW_BUILD)], early=True)
     _worker._AHEAD.append(ahead)
     try:
-        elsewhere = {"lane": "fake_tiny", "region": REGION, "config": ONE, "seeds": [5, 6]}
-        assert _worker._cases_beside_build(elsewhere) == [5, 6]
-        assert not _check._CASES  # another region: nothing made (its check drops that build)
-        first = {**elsewhere, "region": BIG}
+        first = {"lane": "fake_tiny", "region": BIG, "config": ONE, "seeds": [5, 6]}
         assert _worker._cases_beside_build(first) == [5, 6]
-        assert [key for key in _check._CASES] == [(BIG, 5), (BIG, 6)]
+        assert list(_check._CASES) == [(BIG, 5), (BIG, 6)]
         assert ahead.thread.is_alive() and not ahead.built  # made while the compiler ran
         fresh = _worker._cases_beside_build({**first, "seeds": None})
         assert len(fresh) == 2 and all((BIG, s) in _check._CASES for s in fresh)
+        # a build ahead of the candidate expected next: only its own request waits for it
+        _worker._take_ahead()
+        _check.forget_cases()
+        _worker._AHEAD.append(_worker._Ahead([(BIG, *SLOW_BUILD)]))
+        assert _worker._cases_beside_build(first) == [5, 6] and not _check._CASES
     finally:
         _worker._take_ahead()
         _check.forget_cases()
     assert not ahead.thread.is_alive()
 
 
-@pytest.mark.parametrize("how", ["close", "kill", "other region"])
-def test_an_early_build_never_outlives_the_worker_nor_runs_beside_another_region(monkeypatch,
-                                                                                 how):
-    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+@pytest.mark.parametrize("how", ["close", "kill"])
+def test_an_early_build_never_outlives_the_worker(monkeypatch, how):
+    _fakes(monkeypatch, "fake_slow_build")
     with Worker(timeout=60) as w:
-        w.build_early(BIG, [SLOW_BUILD])
-        assert w.proc is not None
-        compiler = None
-        end = time.monotonic() + 10
-        while compiler is None and time.monotonic() < end:
-            compiler = next((p for p, name in _children(w.proc.pid).items() if name == "sleep"),
-                            None)
-            time.sleep(0.02)
-        assert compiler is not None, "the early build never started"
+        w.build_early([(BIG, *SLOW_BUILD)])
+        compiler = _sleeping(w)
         t0 = time.perf_counter()
         if how == "close":  # a worker that was told to build and never asked anything
             w.close()
-        elif how == "kill":
-            w._kill()
         else:
-            out = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=3)
-            assert out.measurement.status is Status.OK and out.build_s < 5
+            w._kill()
         assert _gone(compiler) and time.perf_counter() - t0 < 10
+
+
+def test_the_first_request_ends_the_early_builds_after_the_compile_under_way(tmp_path,
+                                                                            monkeypatch):
+    # the defaults of the regions after the first compile until the sweep's first request
+    # comes; it waits for that compile (none runs beside a check), and no other one starts
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    monkeypatch.setenv("FAKE_BUILD_SECONDS", "2")
+    monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds"))
+    other = Config.of(block=2, unroll=2, fast=False)
+    with Worker(timeout=60) as w:
+        w.build_early([(BIG, *SLOW_BUILD), (REGION, "fake_slow_build", other)])
+        compiler = _sleeping(w)
+        out = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=3)
+        assert out.measurement.status is Status.OK and 0.5 < out.build_s < 5
+        assert _gone(compiler)
+        time.sleep(0.5)
+        assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
+        # the one it finished is kept for its own request, its compile counted there
+        done = w.check("fake_slow_build", BIG, SLOW_BUILD[1], 1e-3, warmup=0, repeats=3)
+        assert done.measurement.status is Status.OK and done.build_s < 0.5
+        assert 0 < done.built_ahead_s < 2.5
+        assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
 
 
 def test_a_candidate_timed_before_its_check_keeps_no_latency_when_it_fails(monkeypatch):
