@@ -3,11 +3,11 @@
 Our `candidates` table is the source of truth; both studies are rebuilt from it. The sampler
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
 trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
-recorded candidate: opened (Optuna's storage once per file and process, ~0.1-0.4 s of imports
-and schema checks, in a thread started in the region's first worker window; the study itself
-in milliseconds) and written (`TrialWriter`, a few trials per transaction) by `flush`, which
-the search hands to `Worker.check` as its `meanwhile`, so both overlap a candidate's build
-and check and never its timing.
+recorded candidate: opened once its first trials are due (Optuna's storage once per file and
+process, 0.1-0.3 s of schema work on a new file; the study itself in milliseconds) and written
+(`TrialWriter`, a few trials per transaction) by `flush`, which the search hands to
+`Worker.check` as its `meanwhile`, so both overlap a candidate's build and check and never its
+timing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import inspect, text
@@ -35,6 +34,14 @@ __all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study",
 
 FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
 FLUSH_AFTER_S = 2.0  # ... or fewer, this long after the last write
+
+
+def _optuna() -> Any:
+    """Optuna, imported (~0.1 s the first time) and told to log warnings only."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
 
 
 def params(lane: str, config: Config) -> dict[str, Any]:
@@ -120,34 +127,21 @@ def _new_storage(url: str) -> Any:
 
 
 _STORAGES_LOCK = threading.Lock()
-_OPENER: list[ThreadPoolExecutor] = []
 
 
 def storage_for(url: str) -> Any:
-    """Optuna's storage on `url`, opened once per file and process. Thread-safe: a region's
-    first worker window starts opening it in a thread (`Studies.flush`), and a caller that
-    needs it before that open is done waits for it."""
+    """Optuna's storage on `url`, opened once per file and process (sweeps in two threads
+    of one process share it; the second waits for the first one's open)."""
     with _STORAGES_LOCK:
         return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
 
 
-def _open_soon(url: str) -> None:
-    """Open Optuna's storage in a thread: a first open (0.1-0.4 s of imports and schema
-    work) is then done while the first candidate builds and checks, with the parent waiting
-    on the worker, not in a later window where the candidate's timing would wait for it. A
-    failure there is raised again, as a StoreError, where the study is opened."""
-    if not _OPENER:
-        _OPENER.append(ThreadPoolExecutor(1, thread_name_prefix="arbiter-optuna"))
-    _OPENER[0].submit(storage_for, url)
-
-
 def open_study(url: str, name: str) -> TrialWriter:
     """The study in the database (finished trials only), ready to be written to."""
-    import optuna
     from optuna.samplers import RandomSampler
     from optuna.trial import TrialState
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna = _optuna()
     storage = storage_for(url)
     # nothing is sampled on this study; the sampler lives on the in-memory one
     study = optuna.create_study(study_name=name, storage=storage, sampler=RandomSampler(),
@@ -168,13 +162,12 @@ class Studies:
         self.db: TrialWriter | None = None
         self._memory: Any = None
         self.pending: list[Any] = []  # for the database study, once it is open
-        self._written = 0.0  # when the database study was last written
+        self._written = time.monotonic()  # when the database study was last written
 
     def memory(self) -> Any:
         """The sampler's study, told every recorded candidate (in memory: milliseconds)."""
         if self._memory is None:
-            import optuna
-
+            optuna = _optuna()
             assert self.sampler is not None
             study = optuna.create_study(sampler=make_sampler(*self.sampler),
                                         direction="minimize")
@@ -191,13 +184,11 @@ class Studies:
         if t is not None:
             if self._memory is not None:
                 self._memory.add_trial(t)
-            if self.db is not None:  # else `flush` reads it from the plan when it opens
-                self._pend(t)
+            self._pend(t)
 
     def asked(self, trial: Any, value: float, attrs: dict[str, Any]) -> None:
         """A trial the sampler asked for and was told: for the database study."""
-        if self.db is not None:
-            self._pend(finished_trial(trial.params, trial.distributions, value, attrs))
+        self._pend(finished_trial(trial.params, trial.distributions, value, attrs))
 
     def flush(self) -> None:
         """Write the pending trials once they are due: `FLUSH_EVERY` of them, or
@@ -205,12 +196,20 @@ class Studies:
         one each; the dashboard lags by about that). The records are already committed; a
         sweep killed before this write is caught up by the next run."""
         if self.db is None and not self.p.measured:  # the region's first window
-            _open_soon(self.url)
+            _optuna()  # for the sampler and this study
             return
-        if self.db is not None and len(self.pending) < FLUSH_EVERY and (
-                not self.pending or time.monotonic() - self._written < FLUSH_AFTER_S):
-            return
-        self.flush_all()
+        # the database study is opened when its first trials are due, too: opening Optuna's
+        # storage on a new file takes 0.1-0.3 s, which a later window (a candidate that
+        # compiles) hides better than the first ones (the lane defaults, built early)
+        if self._waiting() >= FLUSH_EVERY or self._late():
+            self.flush_all()
+
+    def _waiting(self) -> int:
+        """Trials not in the database study yet (before it opens: every recorded one)."""
+        return len(self.pending) if self.db is not None else len(self.p.measured)
+
+    def _late(self) -> bool:
+        return self._waiting() > 0 and time.monotonic() - self._written >= FLUSH_AFTER_S
 
     def flush_all(self) -> None:
         """Open the database study (adding every recorded candidate it lacks), then write
@@ -228,8 +227,9 @@ class Studies:
         self._written = time.monotonic()
 
     def _pend(self, t: Any) -> None:
-        self.pending.append(t)
-        if len(self.pending) > FLUSH_EVERY or time.monotonic() - self._written >= FLUSH_AFTER_S:
+        if self.db is not None:  # else `flush_all` reads it from the plan when it opens
+            self.pending.append(t)
+        if self._waiting() > FLUSH_EVERY or self._late():
             # overdue: a run of refused configs (recorded without a worker window to write
             # in), or trials slower than FLUSH_AFTER_S (one write each costs nothing there)
             self.flush_all()

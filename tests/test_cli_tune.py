@@ -73,8 +73,9 @@ def test_bad_input_is_one_line_and_nonzero(env, args, text):
 
 
 def test_optuna_tables_of_another_optuna_are_one_line_and_the_records_stay(env, tmp_path):
-    # the database study's storage is opened in a thread while the first candidate builds;
-    # its failure still ends the sweep with one line, and what was measured is recorded
+    # the database study's storage is opened once its first trials are due (here, at the
+    # region's end); its failure still ends the sweep with one line, and what was measured
+    # is recorded
     first, second = tmp_path / "first.toml", tmp_path / "second.toml"
     first.write_text('[[region]]\nname = "a"\nM = 8\nN = 16\nK = 8\nepilogue = ["relu"]\n')
     second.write_text('[[region]]\nname = "b"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias", "relu"]\n')
@@ -88,9 +89,9 @@ def test_optuna_tables_of_another_optuna_are_one_line_and_the_records_stay(env, 
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert lines[0].startswith("arbiter: error: database") and "optuna" in lines[0]
-    # the first region's, and the second's first (measured before the study was due to open;
-    # the candidate in the worker then is dropped, not recorded)
-    assert len(_measured(db)) == 1 + 1
+    # the first region's, and the second's three (all measured before the study was due;
+    # configs its rules refuse, recorded without a build, come on top)
+    assert len(_measured(db)) >= 1 + 3
 
 
 def _measured(db: Path) -> list[tuple]:
