@@ -120,7 +120,7 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
         return bool(later)
 
     def in_window() -> bool:
-        if first_window:  # Optuna's storage opens in a thread there: not beside it
+        if first_window:  # Optuna is imported there (`Studies.flush`)
             first_window.clear()
             return True
         return plan_one()

@@ -36,7 +36,9 @@
    the search's own `Asker`, asking one trial ahead as `tune` does and, for comparison, in
    step: measured trials (refused configs excluded, as in the trial budget) until one within
    3% of the best recorded latency is found, median and 90th percentile over 20 seeds
-   (`--seeds`).
+   (`--seeds`), and the time spent asking per candidate (perf_counter around the Asker's
+   calls). `tpe-optuna-groups` is the default on Optuna's own TPESampler: the same
+   proposals, for the cost of the default's search-space step.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,26 +217,44 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     lanes = {n: get_lane(n) for n in ("numpy", "x86_c")}
     out: dict = {"space": len(table), "within_3pct": len(good), "samplers": {},
                  "samplers_in_step": {}}
-    for name in SAMPLERS:
+    makers = {name: partial(make_sampler, name) for name in SAMPLERS}
+    makers["tpe-optuna-groups"] = _stock_tpe  # the default with Optuna's own search space step
+    for name, make in makers.items():
         for ahead, key in ((True, "samplers"), (False, "samplers_in_step")):
             try:
-                needed = [_trials_to_good(make_sampler(name, seed), seed, ahead, lanes, region,
-                                          table, good, budget) for seed in range(seeds)]
+                runs = [_trials_to_good(make(seed), seed, ahead, lanes, region, table, good,
+                                        budget) for seed in range(seeds)]
             except Exception as e:
                 out[key][name] = f"unavailable: {e}"
                 continue
+            needed = [n for n, _, _ in runs]
             out[key][name] = {"median": statistics.median(needed),
                               "p90": statistics.quantiles(needed, n=10,
                                                           method="inclusive")[-1],
-                              "runs": needed}
+                              "runs": needed,
+                              "asking_ms_per_candidate": 1e3 * sum(s for _, s, _ in runs)
+                              / sum(k for _, _, k in runs)}
     return out
 
 
+def _stock_tpe(seed: int):
+    """The default sampler's settings on Optuna's TPESampler as it comes: its proposals are
+    the default's (tests/test_samplers.py); the replay compares their cost."""
+    from optuna.samplers import TPESampler
+
+    from arbiter._samplers import constraint_of
+
+    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True,
+                      multivariate=True, group=True, n_startup_trials=10)
+
+
 def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table: dict,
-                    good: set, budget: float) -> int:
+                    good: set, budget: float) -> tuple[int, float, int]:
     """Measured trials (refused configs excluded, as in the trial budget) until a config
     within 3% of the best: the search's own Asker, asking one trial ahead as `tune` does
-    (`ahead`) or in step (ask, measure, tell, ask: the loop before this round)."""
+    (`ahead`) or in step (ask, measure, tell, ask: the loop before this round). Also the
+    seconds spent asking (`ask_ahead`, `next`: repeats of measured candidates included) and
+    the candidates it went through (refused ones included)."""
     import optuna
 
     from arbiter._asker import Asker, pool
@@ -245,21 +266,31 @@ def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table:
     study = optuna.create_study(sampler=sampler, direction="minimize")
     rng = random.Random(seed)
     asker = Asker(study, p, pool(p, rng), rng, budget)
-    nxt = asker.next()
+    asking = 0.0
+
+    def timed(call, *a):
+        nonlocal asking
+        t0 = time.perf_counter()
+        got = call(*a)
+        asking += time.perf_counter() - t0
+        return got
+
+    nxt = timed(asker.next)
     while nxt is not None:
         trial, lane, cfg = nxt
         k = (lane, cfg.key)
         if ahead:  # asked while this one is "in the worker"
-            asker.ask_ahead(k)
+            timed(asker.ask_ahead, k)
         # not listed: a rule breaker, recorded as invalid in a real sweep
         p.measured[k] = table.get(k) or Result(-1, lane, cfg, Status.INVALID, None, None,
                                                None, None, budget)
         asker.told(trial, p.measured[k])
         if k in good:
-            return len(p.measured) - sum(1 for r in p.measured.values()
-                                         if r.status is Status.INVALID)
-        nxt = asker.next()
-    return len(table)
+            return (len(p.measured) - sum(1 for r in p.measured.values()
+                                          if r.status is Status.INVALID), asking,
+                    len(p.measured))
+        nxt = timed(asker.next)
+    return len(table), asking, len(p.measured)
 
 
 def main() -> None:
@@ -307,7 +338,9 @@ def main() -> None:
         if not args.only_overhead:
             result["replay"] = replay(result["exhaustive"]["url"], args.seeds)
             print(json.dumps({k: v if not k.startswith("samplers") else {
-                s: (x if isinstance(x, str) else {"median": x["median"], "p90": x["p90"]})
+                s: (x if isinstance(x, str) else {
+                    "median": x["median"], "p90": x["p90"],
+                    "asking_ms_per_candidate": round(x["asking_ms_per_candidate"], 3)})
                 for s, x in v.items()} for k, v in result["replay"].items()}, indent=1),
                 flush=True)
             result["rerun"] = rerun(tmp, args.rerun_trials)
