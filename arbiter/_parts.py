@@ -52,8 +52,20 @@ def in_parts(n: int, work: Callable[[int, int], T], align: int = 1,
         return [work(0, n)]
     with _POOL_LOCK:
         if not _POOL or _POOL[0][0] < parts:
-            if _POOL:
-                _POOL[0][1].shutdown(wait=False)  # its queued work still runs
-            _POOL[:] = [(parts, ThreadPoolExecutor(parts, thread_name_prefix="arbiter-parts"))]
+            # a smaller pool is left to its callers, never shut down under them; its idle
+            # threads end when it is collected
+            size = max(parts, MAX_THREADS)
+            _POOL[:] = [(size, ThreadPoolExecutor(size, thread_name_prefix="arbiter-parts"))]
         pool = _POOL[0][1]
     return list(pool.map(lambda r: work(*r), _bounds(n, align, parts)))
+
+
+def _forget_pool() -> None:
+    # a forked child has none of the pool's threads: it makes its own
+    _POOL.clear()
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import warnings
 from collections.abc import Callable
@@ -27,7 +28,9 @@ def _growing_groups() -> Any:
     it: ~0.5 ms of a ~1.3 ms ask at 40 trials, growing with the study. Adding a trial again
     never changes a decomposition that already holds it (its groups keep their order, as each
     is inside or outside that trial's parameters), so adding only the new ones gives the same
-    groups in the same order, hence the same proposals (a test compares them)."""
+    groups in the same order, hence the same proposals (a test compares them). It leans on
+    Optuna's private classes: where they differ from the ones this was written against, it
+    hands the work back to Optuna's own step (as it does if this import fails)."""
     from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
     from optuna.trial import TrialState
 
@@ -35,16 +38,27 @@ def _growing_groups() -> Any:
         def __init__(self) -> None:
             super().__init__(include_pruned=True)
             self.seen: set[int] = set()
+            self.fast = True
 
         def calculate(self, study: Any, use_cache: bool = False) -> Any:
+            if self.fast:
+                try:
+                    return self._grown(study)
+                except (AttributeError, TypeError):
+                    self.fast = False
+            return super().calculate(study)
+
+        def _grown(self, study: Any) -> Any:
             for t in study.get_trials(deepcopy=False,
                                       states=(TrialState.COMPLETE, TrialState.PRUNED)):
                 if t.number not in self.seen:
-                    self.seen.add(t.number)
                     self._search_space.add_distributions(t.distributions)
+                    self.seen.add(t.number)
             # add_distributions replaces the list and never changes a group's dict in place
             groups = _SearchSpaceGroup()
             groups._search_spaces = list(self._search_space.search_spaces)
+            if groups.search_spaces != self._search_space.search_spaces:
+                raise TypeError("not the _SearchSpaceGroup this was written against")
             return groups
 
     return Growing()
@@ -56,7 +70,8 @@ def _tpe(seed: int | None, **kw: Any) -> Any:
     # constant_liar: the next candidate is asked while the current one is in the worker
     sampler = TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
     if getattr(sampler, "_group_decomposed_search_space", None) is not None:
-        sampler._group_decomposed_search_space = _growing_groups()
+        with contextlib.suppress(ImportError, AttributeError, TypeError):
+            sampler._group_decomposed_search_space = _growing_groups()
     return sampler
 
 

@@ -132,9 +132,9 @@ def tune_region(
             # the library is always a measured candidate and the sampler starts from sane points
             defaults = [(name, p.spaces[name].default)
                         for name in sorted(p.lanes, key=lambda n: (p.sizes[n] or math.inf, n))
-                        if (name, p.spaces[name].default.key) not in p.measured][:left()]
+                        if (name, p.spaces[name].default.key) not in p.measured]
             # the CPU lanes' compile while the first request makes the region's references
-            worker.build_early([(region, name, default) for name, default in defaults
+            worker.build_early([(region, name, default) for name, default in defaults[:left()]
                                 if p.lanes[name].platform is Platform.CPU])
             for name, default in defaults:
                 if left() > 0:

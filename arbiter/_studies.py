@@ -6,8 +6,9 @@ trial). The database study, what `optuna-dashboard` shows, gets one finished tri
 recorded candidate: opened once its first trials are due (Optuna's storage once per file and
 process, 0.1-0.3 s of schema work on a new file; the study itself in milliseconds) and written
 (`TrialWriter`, a few trials per transaction) by `flush`, which the search hands to
-`Worker.check` as its `meanwhile`, so both overlap a candidate's build and check and never its
-timing.
+`Worker.check` as its `meanwhile`, so both run while a candidate builds and is checked, never
+beside a timing (a region of fewer trials than `FLUSH_EVERY`, done within `FLUSH_AFTER_S`,
+opens and writes it at its end).
 """
 
 from __future__ import annotations

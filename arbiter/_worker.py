@@ -11,10 +11,12 @@ Timing waits for the parent's "go", sent once its own work for the previous tria
 The go may name the candidate the parent expects next: for a large output and a CPU lane, the
 child then times the current candidate before comparing its outputs, and compiles the next
 one in a thread while it compares and replies (`_Ahead`). Before its own start-up, the
-parent may also name the sweep's lane defaults (`Worker.build_early`): they compile, region
-after region, while it imports and opens its records, until its first request comes, which
-waits for the compile under way. A build not wanted after all is stopped, compiler included,
-before anything else runs; none outlives the child.
+parent may also name the sweep's lane defaults (`Worker.build_early`), and each region's
+search its own: they compile, one after another, while the parent imports and opens its
+records (or the region's first request makes its references), until a request comes; one in
+the region of the compile under way waits for it, any other stops it. A build not wanted
+after all is stopped, compiler included, before anything else runs; none outlives the
+child.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Outcome:
     gate_s: float = 0.0  # waiting, before timing, for the parent to finish its own work
     work_s: float = 0.0  # the whole request in the child
     wall_s: float = 0.0  # the whole request seen by the parent
-    built_ahead_s: float = 0.0  # building in the background, before the request came
+    built_ahead_s: float = 0.0  # its build in the background, before a request waited for it
 
 
 # ---------------------------------------------------------------------------------- child side
@@ -116,16 +118,19 @@ _Key = tuple[Any, str, str]
 class _Ahead:
     """Candidates built in a thread before their requests come: the one the parent expects
     next (built once the current one is timed, while it is compared and its result goes
-    back), or, `early`, the sweep's lane defaults, region after region, named by the parent
-    before its own start-up (imports, records): they compile until the first request comes."""
+    back), or, `early`, lane defaults named by the parent (the sweep's, before its own
+    start-up; each region's, as its search starts), built one after another until a request
+    comes."""
 
     def __init__(self, candidates: list[tuple[Any, str, Config]], early: bool = False) -> None:
         self.early = early
         self.names = [(region, lane, config.key) for region, lane, config in candidates]
-        # (region, lane, config key) -> (build, start, end)
+        # (region, lane, config key) -> (build, start, end); only builds that ran to their end
         self.built: dict[_Key, tuple[Any, float, float]] = {}
+        self.lock = threading.Lock()
         self.stopped = False  # killed: not wanted after all
-        self.enough = False  # a request waits: the build under way is the last one
+        self.enough = False  # a request came: the build under way is the last one
+        self.under_way: _Key | None = None
         self.thread = threading.Thread(target=self._build, args=(candidates,), daemon=True)
         self.thread.start()
 
@@ -134,31 +139,46 @@ class _Ahead:
         from ._registry import get_lane
 
         for region, lane, config in candidates:
-            if self.stopped or self.enough:
-                return
+            key = (region, lane, config.key)
+            with self.lock:
+                if self.stopped or self.enough:
+                    return
+                self.under_way = key
             start = time.perf_counter()
             try:
                 built = build_candidate(get_lane(lane), region, config)
             except Exception:  # noqa: BLE001  the request for it builds again and reports
                 built = None
-            self.built[(region, lane, config.key)] = (built, start, time.perf_counter())
+            with self.lock:
+                self.under_way = None
+                if self.stopped:  # its compiler was killed: not a build
+                    return
+                self.built[key] = (built, start, time.perf_counter())
 
     def waits_for(self, lane: str | None, region: Any, config: Config | None) -> bool:
-        """Must a request for (lane, region, config) wait for this build (else drop it)? The one
-        expected next only by its own request; early ones by any request, for the compile
-        under way only (no compile may run while a candidate is checked or timed)."""
+        """A request came: no other build starts. Must the one for (lane, region, config)
+        wait for the build under way (else it is dropped, compiler killed: none may run
+        while a candidate is checked or timed)? For the candidate expected next, only its
+        own request waits; for early builds, a request in the region of the one under way
+        (or when none is)."""
+        with self.lock:
+            self.enough = True
+            under = self.under_way
         if lane is None or config is None:
             return False
-        return self.early or (region, lane, config.key) in self.names
+        if self.early:
+            return under is None or under[0] == region
+        return (region, lane, config.key) in self.names
 
     def drop(self) -> None:
         """Not wanted after all: its compiler is killed (it must not run while another
-        candidate is timed)."""
+        candidate is timed); builds it finished before are kept."""
         from ._build import forget_stopped, stop_tools
 
         ident = self.thread.ident
         assert ident is not None
-        self.stopped = True
+        with self.lock:
+            self.stopped = True
         stop_tools(ident)
         self.thread.join()
         forget_stopped(ident)
@@ -173,20 +193,20 @@ _READY: dict[_Key, tuple[Any, float]] = {}
 def _take_ahead(lane: str | None = None, region: Any = None,
                 config: Config | None = None) -> tuple[Any, float, float]:
     """The build of (lane, region, config) made in the background, once no background build
-    runs: (the build or None, the seconds of its compile done before this request, the
-    seconds this request waited). Builds not wanted by this request are dropped; early
-    builds of other candidates are kept for their own requests."""
+    runs: (the build or None, the seconds of its compile done before a request waited for
+    it, the seconds this request waited). A build under way that this request does not wait
+    for is dropped; finished ones wait in `_READY` for their own requests. What a build ran
+    after a request began to wait is that request's build time (each compile counted once)."""
     ahead = _AHEAD.pop() if _AHEAD else None
     waited = 0.0
-    if ahead is not None and not ahead.waits_for(lane, region, config):
-        ahead.drop()
-    elif ahead is not None:
+    if ahead is not None:
         t0 = time.perf_counter()
-        ahead.enough = True
-        ahead.thread.join()
-        waited = time.perf_counter() - t0
+        if ahead.waits_for(lane, region, config):
+            ahead.thread.join()
+            waited = time.perf_counter() - t0
+        else:
+            ahead.drop()
         for key, (built, start, end) in ahead.built.items():
-            # what ran after a request began to wait is that request's build time
             _READY[key] = (built, max(0.0, min(end, t0) - start))
     if lane is None or config is None:
         return None, 0.0, waited
@@ -276,9 +296,10 @@ def _cpu_lane(name: str) -> bool:
 
 def _cases_beside_build(req: dict[str, Any]) -> list[int]:
     """The request's seeds (fresh ones when it names none). When it is to wait for a build
-    in the background (its region's defaults, compiled during the sweep's start-up), the
-    seeds' inputs and references are made first, while that compiler runs: a region's first
-    check, the one that makes them, then overlaps the compile instead of following it."""
+    in the background (mostly its region's defaults, named as its search starts), the
+    seeds' inputs and references are made first, while that compiler runs (no other build
+    starts once a request came): a region's first check, the one that makes them, then
+    overlaps the compile instead of following it."""
     from ._check import cases, fresh_seeds
 
     seeds = list(req["seeds"]) if req.get("seeds") is not None else fresh_seeds(2)
@@ -508,9 +529,9 @@ class Worker:
     def build_early(self, candidates: Sequence[tuple[Any, str, Config]]) -> None:
         """Have the child compile these (region, lane, config) candidates now, in order, in
         the background (CPU lanes only), for the requests to come: a hint, with no reply. The
-        next request stops them: it waits for the compile under way before it checks
-        anything, and no other starts."""
-        if self.busy or self._early:
+        next request stops them: no other compile starts; one in the region of the compile
+        under way waits for it before it checks anything, any other kills it."""
+        if self.busy or self._early or not candidates:
             return  # (a hint not yet taken up by a request: a second one would stop its compile)
         self.hinted = True
         self._early = True

@@ -162,6 +162,17 @@ def test_compare_and_poison_in_parts_on_several_threads_agree_with_one():
         assert v.status is status and f"of {out.size} elements" in v.detail
 
 
+def test_poison_in_parts_reaches_every_element(monkeypatch):
+    from arbiter import _inputs, _parts
+    from arbiter._inputs import untouched_count
+
+    monkeypatch.setattr(_parts, "cores_but_one", lambda: 3)
+    monkeypatch.setattr(_inputs, "POISON_PART_MIN", 1 << 10)
+    out = np.random.default_rng().standard_normal((5, 1000)).astype(np.float32)
+    poison(out)
+    assert untouched_count(out) == out.size
+
+
 def test_in_parts_covers_the_range_in_order_on_aligned_bounds():
     from arbiter._parts import in_parts
 

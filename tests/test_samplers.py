@@ -61,3 +61,15 @@ def test_default_sampler_proposes_what_optunas_tpe_proposes(seed):
     assert ours._group_decomposed_search_space is not None
     assert type(ours._group_decomposed_search_space).__name__ == "Growing"
     assert _proposals(ours, 45) == _proposals(_stock_tpe(seed), 45)
+
+
+def test_default_sampler_falls_back_to_optunas_step_where_its_internals_differ(monkeypatch):
+    ours = make_sampler("tpe", 3)
+    growing = ours._group_decomposed_search_space
+
+    def unknown(study):  # as if Optuna's private classes had changed under it
+        raise AttributeError("_search_spaces")
+
+    monkeypatch.setattr(growing, "_grown", unknown)
+    assert _proposals(ours, 30) == _proposals(_stock_tpe(3), 30)
+    assert growing.fast is False

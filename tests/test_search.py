@@ -401,8 +401,10 @@ def test_each_regions_defaults_compile_while_its_first_request_makes_its_referen
     # a default built early: part of its compile ran before a request waited for it, and
     # its own request found it done
     assert all(ahead > 0 and build < 0.05 for _, ahead, build in x86), x86
-    # the first request of each region (the vendor default's) waited for that compile
-    assert all(build > 0 for name, lane, ahead, build in seen if lane == "fake_tiny")
+    # the rest of that compile (x86_c's take ~0.1 s or more) is the wait of the region's first
+    # request, the vendor default's (a fake lane's own build takes microseconds)
+    firsts = {name: build for name, lane, _, build in seen if lane == "fake_tiny"}
+    assert all(firsts[name] + ahead > 0.05 for name, ahead, _ in x86), (firsts, x86)
 
 
 @pytest.mark.parametrize("trials", [100, 12])  # a space enumerated, a space sampled

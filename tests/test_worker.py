@@ -263,22 +263,26 @@ def test_an_early_build_never_outlives_the_worker(monkeypatch, how):
         assert _gone(compiler) and time.perf_counter() - t0 < 10
 
 
-def test_the_first_request_ends_the_early_builds_after_the_compile_under_way(tmp_path,
-                                                                            monkeypatch):
-    # the defaults of the regions after the first compile until the sweep's first request
-    # comes; it waits for that compile (none runs beside a check), and no other one starts
+@pytest.mark.parametrize("where", ["same region", "other region"])
+def test_a_request_ends_the_early_builds(tmp_path, monkeypatch, where):
+    # the defaults named early compile one after another until a request comes; no other
+    # starts then; a request in the region of the compile under way waits for it (none runs
+    # beside a check), a request in another region stops it
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     monkeypatch.setenv("FAKE_BUILD_SECONDS", "2")
     monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds"))
-    other = Config.of(block=2, unroll=2, fast=False)
     with Worker(timeout=60) as w:
-        w.build_early([(BIG, *SLOW_BUILD), (REGION, "fake_slow_build", other)])
+        w.build_early([(BIG, *SLOW_BUILD), (REGION, "fake_slow_build", OTHER)])
         compiler = _sleeping(w)
-        out = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=3)
-        assert out.measurement.status is Status.OK and 0.5 < out.build_s < 5
-        assert _gone(compiler)
+        out = w.check("fake_tiny", BIG if where == "same region" else REGION, ONE, 1e-3,
+                      warmup=0, repeats=3)
+        assert out.measurement.status is Status.OK and _gone(compiler)
         time.sleep(0.5)
         assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
+        if where == "other region":
+            assert out.build_s < 0.5
+            return
+        assert 0.5 < out.build_s < 5
         # the one it finished is kept for its own request, its compile counted there
         done = w.check("fake_slow_build", BIG, SLOW_BUILD[1], 1e-3, warmup=0, repeats=3)
         assert done.measurement.status is Status.OK and done.build_s < 0.5
