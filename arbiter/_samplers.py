@@ -10,8 +10,8 @@ from typing import Any
 
 from ._errors import ArbiterError
 
-__all__ = ["ATTR", "DEFAULT_SAMPLER", "SAMPLERS", "check_sampler", "constraint_of",
-           "make_sampler"]
+__all__ = ["ATTR", "DEFAULT_SAMPLER", "DEFAULT_TPE", "SAMPLERS", "check_sampler",
+           "constraint_of", "make_sampler", "optuna_tpe"]
 
 ATTR = "arbiter"  # trial user attr: candidate id, status, rel_error, constraint
 
@@ -64,11 +64,16 @@ def _growing_groups() -> Any:
     return Growing()
 
 
-def _tpe(seed: int | None, **kw: Any) -> Any:
+def optuna_tpe(seed: int | None, **kw: Any) -> Any:
+    """Optuna's TPESampler as it ships, with the accuracy constraint and the constant liar
+    (the next candidate is asked while the current one is in the worker)."""
     from optuna.samplers import TPESampler
 
-    # constant_liar: the next candidate is asked while the current one is in the worker
-    sampler = TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
+    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
+
+
+def _tpe(seed: int | None, **kw: Any) -> Any:
+    sampler = optuna_tpe(seed, **kw)
     if getattr(sampler, "_group_decomposed_search_space", None) is not None:
         with contextlib.suppress(ImportError, AttributeError, TypeError):
             sampler._group_decomposed_search_space = _growing_groups()
@@ -87,10 +92,12 @@ def _random(seed: int | None) -> Any:
     return RandomSampler(seed=seed)
 
 
+DEFAULT_TPE = {"multivariate": True, "group": True, "n_startup_trials": 10}  # `tpe`'s settings
+
 # name -> factory(seed)
 SAMPLERS: dict[str, Callable[[int | None], Any]] = {
     # default by measurement (BENCHMARKS.md, "Arbiter overhead and samplers")
-    "tpe": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=10),
+    "tpe": lambda s: _tpe(s, **DEFAULT_TPE),
     "tpe-startup5": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=5),
     "tpe-independent": lambda s: _tpe(s, n_startup_trials=5),
     "gp": _gp,

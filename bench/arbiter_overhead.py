@@ -201,7 +201,7 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     from arbiter import load_spec
     from arbiter._records import Records
     from arbiter._registry import get_lane
-    from arbiter._samplers import SAMPLERS, make_sampler
+    from arbiter._samplers import DEFAULT_TPE, SAMPLERS, make_sampler, optuna_tpe
     from arbiter._store import RegionModel, session_scope
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -218,7 +218,9 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     out: dict = {"space": len(table), "within_3pct": len(good), "samplers": {},
                  "samplers_in_step": {}}
     makers = {name: partial(make_sampler, name) for name in SAMPLERS}
-    makers["tpe-optuna-groups"] = _stock_tpe  # the default with Optuna's own search space step
+    # the default's settings on Optuna's own TPESampler: the same proposals
+    # (tests/test_samplers.py), for the cost of the default's search-space step
+    makers["tpe-optuna-groups"] = partial(optuna_tpe, **DEFAULT_TPE)
     for name, make in makers.items():
         for ahead, key in ((True, "samplers"), (False, "samplers_in_step")):
             try:
@@ -235,17 +237,6 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
                               "asking_ms_per_candidate": 1e3 * sum(s for _, s, _ in runs)
                               / sum(k for _, _, k in runs)}
     return out
-
-
-def _stock_tpe(seed: int):
-    """The default sampler's settings on Optuna's TPESampler as it comes: its proposals are
-    the default's (tests/test_samplers.py); the replay compares their cost."""
-    from optuna.samplers import TPESampler
-
-    from arbiter._samplers import constraint_of
-
-    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True,
-                      multivariate=True, group=True, n_startup_trials=10)
 
 
 def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table: dict,

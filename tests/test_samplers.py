@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from arbiter._samplers import ATTR, constraint_of, make_sampler
+from arbiter._samplers import ATTR, DEFAULT_TPE, make_sampler, optuna_tpe
 
 optuna = pytest.importorskip("optuna")
 
@@ -15,9 +15,7 @@ optuna = pytest.importorskip("optuna")
 def _stock_tpe(seed: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return optuna.samplers.TPESampler(seed=seed, constraints_func=constraint_of,
-                                          constant_liar=True, multivariate=True, group=True,
-                                          n_startup_trials=10)
+        return optuna_tpe(seed, **DEFAULT_TPE)
 
 
 def _proposals(sampler, trials: int) -> list[dict]:
