@@ -14,7 +14,6 @@ opens and writes it at its end).
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -127,14 +126,10 @@ def _new_storage(url: str) -> Any:
     return storage
 
 
-_STORAGES_LOCK = threading.Lock()
-
-
 def storage_for(url: str) -> Any:
     """Optuna's storage on `url`, opened once per file and process (sweeps in two threads
-    of one process share it; the second waits for the first one's open)."""
-    with _STORAGES_LOCK:
-        return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
+    of one process share it: `per_file` makes the second wait for the first one's open)."""
+    return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
 
 
 def open_study(url: str, name: str) -> TrialWriter:

@@ -94,7 +94,7 @@ def per_file(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]], url: str
     replaced since (pooled connections to a deleted file would go on writing into it, and
     every record written there would be lost); the least recently used beyond
     `PER_FILE_KEPT` are closed, so a notebook going through many databases keeps no files
-    open for ever. Threads of one sweep share it (the later regions' plans, the studies)."""
+    open for ever. Thread-safe: sweeps in two threads of one process share the cache."""
     with _PER_FILE_LOCK:
         ident = file_identity(url)
         known = cache.pop(url, None)
