@@ -4,7 +4,7 @@ Our `candidates` table is the source of truth; both studies are rebuilt from it.
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
 trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
 recorded candidate: opened once its first trials are due (Optuna's storage once per file and
-process, 0.1-0.3 s of schema work on a new file; the study itself in milliseconds) and written
+process, `_study_storage`; the study itself in milliseconds) and written
 (`TrialWriter`, a few trials per transaction) by `flush`, which the search hands to
 `Worker.check` as its `meanwhile`, so both run while a candidate builds and is checked, never
 beside a timing (a region of fewer trials than `FLUSH_EVERY`, done within `FLUSH_AFTER_S`,
@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from typing import Any
 
 from sqlalchemy import inspect, text
 
-from ._errors import StoreError
 from ._plan import Plan
 from ._records import Result
 from ._samplers import ATTR, make_sampler
 from ._store import engine_for
-from ._store.session import RACE_WAITS, per_file
 from ._study_rows import TrialWriter
+from ._study_storage import storage_for
 from ._values import Config
 
-__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params",
-           "storage_for"]
+__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
 
 FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
 FLUSH_AFTER_S = 2.0  # ... or fewer, this long after the last write
@@ -90,46 +87,6 @@ def _recorded_trial(p: Plan, r: Result, budget: float) -> Any:
         return None
     value, attrs = objective(r, budget)
     return finished_trial(params(r.lane, r.config), _distributions(p, r.lane), value, attrs)
-
-
-_STORAGES: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
-
-
-def _new_storage(url: str) -> Any:
-    """Optuna's storage on our database: opened once per file and process (~0.1 s: Optuna
-    loads its ~30 Alembic scripts to check the schema), not once per region."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
-    kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
-    for attempt in range(RACE_WAITS):
-        try:
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-            break
-        except SQLAlchemyError as e:
-            # two sweeps creating Optuna's tables in one new file at once: the loser's
-            # CREATE or stamp fails; the winner's tables are there a moment later
-            if attempt == RACE_WAITS - 1:
-                raise StoreError(f"database {url}: cannot open Optuna's storage: {e}") from e
-            time.sleep(0.05)
-        except RuntimeError as e:  # Optuna's schema check: tables of another Optuna version
-            raise StoreError(f"database {url}: {e}") from e
-    if url.startswith("sqlite"):
-        # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
-        # commit; a killed process still loses nothing committed)
-        from sqlalchemy import event
-
-        from ._store.session import _sqlite_pragmas
-
-        event.listen(storage.engine, "connect", _sqlite_pragmas)
-        storage.engine.dispose()
-    return storage
-
-
-def storage_for(url: str) -> Any:
-    """Optuna's storage on `url`, opened once per file and process (sweeps in two threads
-    of one process share it: `per_file` makes the second wait for the first one's open)."""
-    return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
 
 
 def open_study(url: str, name: str) -> TrialWriter:

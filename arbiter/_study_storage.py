@@ -1,0 +1,114 @@
+"""Optuna's storage on our database: its tables made and checked without its migration scripts.
+
+Optuna's own first open of a file loads its ~30 Alembic scripts three times (to find the head
+revision, to stamp it, to check it: ~70 ms, once per new file, in a sweep's path) and once on
+every later open. We make a new file's Optuna tables as `create_current` makes ours (Alembic's
+"create_all, then stamp" recipe, at the head of Optuna's migrations), and check an existing
+file's stamp against that head, loaded once per process. A file in any other state (Optuna's
+tables without a stamp: made before Optuna used Alembic) is left to Optuna's own open.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table, inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from ._errors import StoreError
+from ._store import engine_for
+from ._store.session import RACE_WAITS, _sqlite_pragmas, per_file
+
+__all__ = ["storage_for"]
+
+OPTUNA_VERSION_TABLE = "alembic_version"  # Optuna's Alembic table (ours has its own name)
+
+_STORAGES: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+
+
+@lru_cache(maxsize=1)
+def optuna_head() -> str:
+    """The head revision of Optuna's schema migrations (its scripts, loaded once per process)."""
+    from alembic.script import ScriptDirectory
+    from optuna.storages._rdb import models
+
+    head = ScriptDirectory(str(Path(models.__file__).parent / "alembic")).get_current_head()
+    assert head is not None  # one linear history
+    return head
+
+
+def _stamp(conn: Any) -> str | None:
+    """The revision Optuna's tables are stamped with; None when there is none."""
+    if not inspect(conn).has_table(OPTUNA_VERSION_TABLE):
+        return None
+    return conn.execute(text(f"SELECT version_num FROM {OPTUNA_VERSION_TABLE}")).scalar()
+
+
+def _made(engine: Any) -> str | None:
+    """Make Optuna's tables in a file that has none, stamped at the head. Returns the file's
+    stamp; None for a file whose Optuna tables predate Alembic (Optuna opens those itself)."""
+    import optuna
+    from optuna.storages._rdb import models
+
+    with engine.connect() as conn:
+        stamp = _stamp(conn)
+        if stamp is not None or inspect(conn).has_table("studies"):
+            return stamp
+    version = Table(OPTUNA_VERSION_TABLE, MetaData(),
+                    Column("version_num", String(32), nullable=False),
+                    PrimaryKeyConstraint("version_num", name=f"{OPTUNA_VERSION_TABLE}_pkc"))
+    with engine.begin() as conn:
+        models.BaseModel.metadata.create_all(conn)
+        conn.execute(models.VersionInfoModel.__table__.insert().values(
+            version_info_id=1, schema_version=models.SCHEMA_VERSION,
+            library_version=optuna.__version__))
+        version.create(conn, checkfirst=True)
+        conn.execute(version.insert().values(version_num=optuna_head()))
+    return optuna_head()
+
+
+def _new_storage(url: str) -> Any:
+    """Optuna's storage on `url`, its tables made or checked by `_made`; Optuna's own open for
+    a file `_made` leaves to it."""
+    import optuna
+    from sqlalchemy import event
+
+    kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    for attempt in range(RACE_WAITS):
+        try:
+            stamp = _made(engine_for(url))
+            fast = stamp is not None
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                                 skip_table_creation=fast,
+                                                 skip_compatibility_check=fast)
+            break
+        except SQLAlchemyError as e:
+            # two sweeps creating Optuna's tables in one new file at once: the loser's
+            # CREATE, insert or stamp fails; the winner's tables are there a moment later
+            if attempt == RACE_WAITS - 1:
+                raise StoreError(f"database {url}: cannot open Optuna's storage: {e}") from e
+            time.sleep(0.05)
+        except RuntimeError as e:  # Optuna's own check: tables of another Optuna version
+            raise StoreError(f"database {url}: {e}") from e
+    if fast and stamp != optuna_head():
+        storage.engine.dispose()
+        raise StoreError(
+            f"database {url}: its optuna tables are at revision {stamp}, optuna "
+            f"{optuna.__version__} needs {optuna_head()} (`optuna storage upgrade --storage "
+            f"URL` upgrades older tables; a newer optuna made newer ones)")
+    if url.startswith("sqlite"):
+        # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
+        # commit; a killed process still loses nothing committed)
+        event.listen(storage.engine, "connect", _sqlite_pragmas)
+        storage.engine.dispose()
+    return storage
+
+
+def storage_for(url: str) -> Any:
+    """Optuna's storage on `url`, opened once per file and process (sweeps in two threads
+    of one process share it: `per_file` makes the second wait for the first one's open)."""
+    return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
