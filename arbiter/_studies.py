@@ -151,9 +151,10 @@ class Studies:
         if self.db is None and not self.p.measured:  # the region's first window
             _optuna()  # for the sampler and this study
             return
-        # the database study is opened when its first trials are due, too: opening Optuna's
-        # storage on a new file takes 0.1-0.3 s, which a later window (a candidate that
-        # compiles) hides better than the first ones (the lane defaults, built early)
+        # the database study is opened when its first trials are due, too: Optuna's storage,
+        # opened the first time in a process, imports Alembic and Optuna's models (~0.13 s),
+        # which a later window (a candidate that compiles) hides better than the first ones
+        # (the lane defaults, built early)
         if self._waiting() >= FLUSH_EVERY or self._late():
             self.flush_all()
 
