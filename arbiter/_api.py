@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import zipfile
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -40,16 +39,8 @@ def lane_table() -> list[dict[str, Any]]:
     return rows
 
 
-_ASKING = threading.Lock()  # lanes cache their availability: one caller asks, the next reads
-
-
 def usable_lanes(names: Sequence[str] | None) -> list[Lane]:
     """Available lanes; explicitly named lanes must exist and be available."""
-    with _ASKING:
-        return _usable(names)
-
-
-def _usable(names: Sequence[str] | None) -> list[Lane]:
     if names is None:
         out = []
         for n in lane_names():
@@ -172,27 +163,12 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     # compiles
     with lease(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
         fingerprint_soon()
-        _lanes_soon(kw.get("lanes"))
         todo = spec_regions(spec, kw.pop("regions", None))
         if given is None:
             _compile_defaults_early(worker, todo, kw)
         from ._tune import tune as _tune
 
         return _tune(todo, worker=worker, **kw)
-
-
-def _lanes_soon(names: Sequence[str] | None) -> None:
-    """Ask the lanes whether they are available, in a thread: x86_c's probe compiles the first
-    time (~0.1-0.2 s), beside the sweep's own start-up and its defaults' compiles. The sweep's
-    own `usable_lanes` gets the answers (waiting for any still coming) and reports errors."""
-
-    def quietly() -> None:
-        try:
-            usable_lanes(names)
-        except Exception:  # noqa: BLE001, S110  the sweep's own call reports it
-            pass
-
-    threading.Thread(target=quietly, name="lanes", daemon=True).start()
 
 
 # regions whose defaults are named early: more compiles than a start-up hides (~0.2 s each)
@@ -205,10 +181,7 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
     go on into the next regions' until the first request. A hint: a mistake in the arguments
     is the sweep's to report, and a default measured before is a build-cache hit."""
     try:
-        # named, not yet known available (`_lanes_soon` asks): the hint must not wait for a
-        # lane's probe (a compile, the first time); an unavailable lane's sweep never starts
-        names = kw.get("lanes") or lane_names()
-        lanes = [get_lane(n.strip()) for n in names if n.strip()]
+        lanes = usable_lanes(kw.get("lanes"))
         if not regions or len(lanes) > kw.get("trials", DEFAULT_TRIALS):
             return  # a budget smaller than the defaults: which ones it measures is the plan's
         defaults = [(region, ln.name, ln.space(region).default)
