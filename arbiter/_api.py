@@ -59,6 +59,7 @@ def usable_lanes(names: Sequence[str] | None) -> list[Lane]:
 
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
+DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to build, check and time
 
 
 def spec_regions(spec: str | Path | Spec | Region | Sequence[Region],
@@ -161,7 +162,8 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     # and Optuna's samplers (~0.2 s): a new worker's own start-up (numpy, the oracle)
     # overlaps ours, and so do the fingerprint's compiler queries and the first candidates'
     # compiles
-    with lease(kw.get("timeout", 60.0)) if given is None else nullcontext(given) as worker:
+    timeout = kw.get("timeout", DEFAULT_TIMEOUT)
+    with lease(timeout) if given is None else nullcontext(given) as worker:
         fingerprint_soon()
         todo = spec_regions(spec, kw.pop("regions", None))
         if given is None:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
-from ._api import DEFAULT_TRIALS, spec_regions, usable_lanes
+from ._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS, spec_regions, usable_lanes
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
 from ._oracle import budget_of
@@ -63,7 +63,7 @@ def _row(region: Region, budget: float, r: Result, choice: Choice | None = None,
 def tune(
     spec: str | Path | Spec | Region | Sequence[Region], *, db: str | None = None,
     trials: int = DEFAULT_TRIALS, lanes: Sequence[str] | None = None, budget: float | None = None,
-    timeout: float = 60.0, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
+    timeout: float = DEFAULT_TIMEOUT, seed: int | None = None, sampler: str = DEFAULT_SAMPLER,
     warmup: int = 3, repeats: int = 15, regions: Sequence[str] | None = None,
     progress: bool = False, refinal: bool = False,
     on_trial: Callable[[str, str, Result], None] | None = None, worker: Worker,
@@ -208,7 +208,7 @@ def _from_winner(region: Region, budget: float, w: dict[str, Any],
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None,
-         timeout: float = 60.0) -> dict[str, Any]:
+         timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     """The recorded winner for `region` on this machine under `budget` (the region's own by
     default). A budget other than the sweep's is answered from the recorded latency/error
     results; a winner recorded on another machine is re-verified here first."""

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
 from ._table import print_json, print_table
 
 COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "rel_error", "status",
@@ -12,12 +13,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="region spec file (TOML)")
     p.add_argument("--db", help="SQLAlchemy URL of the records (default: $ARBITER_DB or "
                    "sqlite:///arbiter.db)")
-    p.add_argument("--trials", type=int, default=30,
-                   help="distinct candidates per region to have measured here (default 30)")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
+                   help="distinct candidates per region to have measured here "
+                   f"(default {DEFAULT_TRIALS})")
     p.add_argument("--lanes", help="comma-separated lane names (default: all available)")
     p.add_argument("--budget", type=float, help="relative error budget for every region")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds one candidate may take to build, check and time (default 60)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help="seconds one candidate may take to build, check and time "
+                   f"(default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
     p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
     p.add_argument("--json", action="store_true", help="machine-readable output")
