@@ -5,6 +5,7 @@ Optuna's)."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 import optuna
 import pytest
@@ -14,33 +15,41 @@ from arbiter._store import require_current
 from arbiter._study_storage import _STORAGES, optuna_head, storage_for
 
 
-@pytest.fixture
-def url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'arbiter.db'}"
-    require_current(url)
+@pytest.fixture(autouse=True)
+def _no_storage_kept():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield url
+    yield
     for _, storage in _STORAGES.values():
         storage.engine.dispose()
     _STORAGES.clear()
 
 
+def _arbiter_db(tmp_path, name: str = "arbiter.db") -> str:
+    url = f"sqlite:///{tmp_path / name}"
+    require_current(url)
+    return url
+
+
+@pytest.fixture
+def url(tmp_path):
+    return _arbiter_db(tmp_path)
+
+
 def _schema(path: str) -> list[tuple]:
-    with sqlite3.connect(path) as con:
+    with closing(sqlite3.connect(path)) as con:
         return con.execute("select type, name, sql from sqlite_master where name not like "
                            "'sqlite_%' order by type, name").fetchall()
 
 
 def _optuna_rows(path: str) -> tuple:
-    with sqlite3.connect(path) as con:
+    with closing(sqlite3.connect(path)) as con:
         return (con.execute("select version_num from alembic_version").fetchall(),
                 con.execute("select version_info_id, schema_version, library_version "
                             "from version_info").fetchall())
 
 
 def _fresh_optuna_db(tmp_path, name: str) -> str:
-    url = f"sqlite:///{tmp_path / name}"
-    require_current(url)
+    url = _arbiter_db(tmp_path, name)
     optuna.storages.RDBStorage(url).engine.dispose()  # Optuna's own tables, its own way
     return url
 
@@ -68,15 +77,13 @@ def test_a_file_whose_optuna_tables_optuna_made_opens_as_is(tmp_path):
     storage = storage_for(url)
     assert [s.study_name for s in storage.get_all_studies()] == ["kept"]
     assert _schema(url.removeprefix("sqlite:///")) == before
-    storage.engine.dispose()
-    _STORAGES.clear()
 
 
 def test_optuna_tables_without_a_stamp_are_left_to_optuna_which_stamps_them(url):
     storage_for(url).engine.dispose()
     _STORAGES.clear()
     path = url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as con:
+    with closing(sqlite3.connect(path)) as con, con:
         con.execute("drop table alembic_version")  # as a file from before Optuna used Alembic
     storage = storage_for(url)
     assert _optuna_rows(path)[0] == [(optuna_head(),)]
@@ -87,7 +94,7 @@ def test_optuna_tables_without_a_stamp_are_left_to_optuna_which_stamps_them(url)
 def test_another_optunas_tables_are_refused_in_one_line(url, stamp):
     storage_for(url).engine.dispose()
     _STORAGES.clear()
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
+    with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as con, con:
         con.execute("update alembic_version set version_num = ?", (stamp,))
     with pytest.raises(StoreError) as e:
         storage_for(url)
