@@ -31,14 +31,20 @@ _STORAGES: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
 
 
 @lru_cache(maxsize=1)
-def optuna_head() -> str:
-    """The head revision of Optuna's schema migrations (its scripts, loaded once per process)."""
-    from alembic.script import ScriptDirectory
-    from optuna.storages._rdb import models
+def optuna_head() -> str | None:
+    """The head revision of Optuna's schema migrations (its scripts, loaded once per process);
+    None where Optuna's private layout is not the one this was written against (its models,
+    its scripts' folder): Optuna's own open then does all of it."""
+    try:
+        from alembic.script import ScriptDirectory
+        from optuna.storages._rdb import models
 
-    head = ScriptDirectory(str(Path(models.__file__).parent / "alembic")).get_current_head()
-    assert head is not None  # one linear history
-    return head
+        if not all(hasattr(models, n) for n in ("BaseModel", "VersionInfoModel",
+                                                "SCHEMA_VERSION")):
+            return None
+        return ScriptDirectory(str(Path(models.__file__).parent / "alembic")).get_current_head()
+    except Exception:  # noqa: BLE001  any mismatch: Optuna's own open
+        return None
 
 
 def _stamp(conn: Any) -> str | None:
@@ -50,8 +56,13 @@ def _stamp(conn: Any) -> str | None:
 
 def _made(engine: Any) -> str | None:
     """Make Optuna's tables in a file that has none, stamped at the head. Returns the file's
-    stamp; None for a file whose Optuna tables predate Alembic (Optuna opens those itself)."""
+    stamp; None for a file whose Optuna tables predate Alembic, or with no head known
+    (Optuna opens those itself)."""
     import optuna
+
+    head = optuna_head()
+    if head is None:
+        return None
     from optuna.storages._rdb import models
 
     with engine.connect() as conn:
@@ -67,8 +78,8 @@ def _made(engine: Any) -> str | None:
             version_info_id=1, schema_version=models.SCHEMA_VERSION,
             library_version=optuna.__version__))
         version.create(conn, checkfirst=True)
-        conn.execute(version.insert().values(version_num=optuna_head()))
-    return optuna_head()
+        conn.execute(version.insert().values(version_num=head))
+    return head
 
 
 def _new_storage(url: str) -> Any:

@@ -102,3 +102,15 @@ def test_another_optunas_tables_are_refused_in_one_line(url, stamp):
     assert "\n" not in text and stamp in text and optuna_head() in text
     assert "optuna storage upgrade" in text
     assert not _STORAGES  # nothing half-open is kept for the next sweep
+
+
+def test_an_optuna_laid_out_otherwise_opens_its_own_way(url, monkeypatch):
+    # no head of Optuna's migrations to be found (its private layout moved): Optuna's own
+    # open makes and stamps the tables, as it did before the arbiter made them
+    from arbiter import _study_storage
+
+    monkeypatch.setattr(_study_storage, "optuna_head", lambda: None)
+    storage = storage_for(url)
+    monkeypatch.undo()
+    assert _optuna_rows(url.removeprefix("sqlite:///"))[0] == [(optuna_head(),)]
+    assert storage.get_all_studies() == []
