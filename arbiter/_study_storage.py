@@ -1,6 +1,6 @@
 """Optuna's storage on our database: its tables made and checked without its migration scripts.
 
-Optuna's own first open of a file loads its ~30 Alembic scripts three times (to find the head
+Optuna's own first open of a file loads its 10 Alembic scripts three times (to find the head
 revision, to stamp it, to check it: ~70 ms, once per new file, in a sweep's path) and once on
 every later open. We make a new file's Optuna tables as `create_current` makes ours (Alembic's
 "create_all, then stamp" recipe, at the head of Optuna's migrations), and check an existing
@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ._errors import StoreError
 from ._store import engine_for
-from ._store.session import RACE_WAITS, _sqlite_pragmas, per_file
+from ._store.session import RACE_WAITS, _sqlite_pragmas, _store_error, per_file
 
 __all__ = ["storage_for"]
 
@@ -47,39 +47,62 @@ def optuna_head() -> str | None:
         return None
 
 
-def _stamp(conn: Any) -> str | None:
-    """The revision Optuna's tables are stamped with; None when there is none."""
-    if not inspect(conn).has_table(OPTUNA_VERSION_TABLE):
-        return None
-    return conn.execute(text(f"SELECT version_num FROM {OPTUNA_VERSION_TABLE}")).scalar()
+def _state(conn: Any) -> str | None | bool:
+    """The revision Optuna's tables are stamped with; False when the file has no Optuna
+    tables; None when it has them without a stamp."""
+    if inspect(conn).has_table(OPTUNA_VERSION_TABLE):
+        return conn.execute(text(f"SELECT version_num FROM {OPTUNA_VERSION_TABLE}")).scalar()
+    return None if inspect(conn).has_table("studies") else False
+
+
+def _create(conn: Any, head: str) -> None:
+    import optuna
+    from optuna.storages._rdb import models
+
+    version = Table(OPTUNA_VERSION_TABLE, MetaData(),
+                    Column("version_num", String(32), nullable=False),
+                    PrimaryKeyConstraint("version_num", name=f"{OPTUNA_VERSION_TABLE}_pkc"))
+    models.BaseModel.metadata.create_all(conn)
+    conn.execute(models.VersionInfoModel.__table__.insert().values(
+        version_info_id=1, schema_version=models.SCHEMA_VERSION,
+        library_version=optuna.__version__))
+    version.create(conn)
+    conn.execute(version.insert().values(version_num=head))
 
 
 def _made(engine: Any) -> str | None:
     """Make Optuna's tables in a file that has none, stamped at the head. Returns the file's
     stamp; None for a file whose Optuna tables predate Alembic, or with no head known
-    (Optuna opens those itself)."""
-    import optuna
+    (Optuna opens those itself).
 
+    The tables, their indexes and the stamp are made in one write transaction: SQLite
+    otherwise commits each CREATE on its own, and a sweep opening the file meanwhile would
+    find Optuna's tables without their stamp, or without an index, and accept them. A sweep
+    that waited for that transaction finds the stamp."""
     head = optuna_head()
     if head is None:
         return None
-    from optuna.storages._rdb import models
-
     with engine.connect() as conn:
-        stamp = _stamp(conn)
-        if stamp is not None or inspect(conn).has_table("studies"):
-            return stamp
-    version = Table(OPTUNA_VERSION_TABLE, MetaData(),
-                    Column("version_num", String(32), nullable=False),
-                    PrimaryKeyConstraint("version_num", name=f"{OPTUNA_VERSION_TABLE}_pkc"))
-    with engine.begin() as conn:
-        models.BaseModel.metadata.create_all(conn)
-        conn.execute(models.VersionInfoModel.__table__.insert().values(
-            version_info_id=1, schema_version=models.SCHEMA_VERSION,
-            library_version=optuna.__version__))
-        version.create(conn, checkfirst=True)
-        conn.execute(version.insert().values(version_num=head))
-    return head
+        state = _state(conn)
+    if state is not False:
+        return state if isinstance(state, str) else None
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:  # transactional DDL; a second creator's insert fails
+            _create(conn, head)
+        return head
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # our BEGIN, our COMMIT
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, waited for (busy timeout)
+        try:
+            state = _state(conn)
+            if state is False:
+                _create(conn, head)
+                state = head
+        except BaseException:
+            conn.exec_driver_sql("ROLLBACK")
+            raise
+        conn.exec_driver_sql("COMMIT")
+    return state if isinstance(state, str) else None
 
 
 def _new_storage(url: str) -> Any:
@@ -87,30 +110,33 @@ def _new_storage(url: str) -> Any:
     a file `_made` leaves to it."""
     import optuna
     from sqlalchemy import event
+    from sqlalchemy.exc import IntegrityError, OperationalError
 
     kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
     for attempt in range(RACE_WAITS):
         try:
             stamp = _made(engine_for(url))
+            if stamp is not None and stamp != optuna_head():
+                raise StoreError(
+                    f"database {url}: its optuna tables are at revision {stamp}, optuna "
+                    f"{optuna.__version__} needs {optuna_head()} (`optuna storage upgrade "
+                    f"--storage URL` upgrades older tables; a newer optuna made newer ones)")
             fast = stamp is not None
             storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
                                                  skip_table_creation=fast,
                                                  skip_compatibility_check=fast)
             break
-        except SQLAlchemyError as e:
-            # two sweeps creating Optuna's tables in one new file at once: the loser's
-            # CREATE, insert or stamp fails; the winner's tables are there a moment later
+        except (IntegrityError, OperationalError) as e:
+            # two sweeps creating Optuna's tables in one new file at once (PostgreSQL, or a
+            # file left to Optuna's own open): the loser's CREATE, insert or stamp fails; the
+            # winner's tables are there a moment later
             if attempt == RACE_WAITS - 1:
-                raise StoreError(f"database {url}: cannot open Optuna's storage: {e}") from e
+                raise _store_error(url, e) from e
             time.sleep(0.05)
+        except SQLAlchemyError as e:
+            raise _store_error(url, e) from e
         except RuntimeError as e:  # Optuna's own check: tables of another Optuna version
             raise StoreError(f"database {url}: {e}") from e
-    if fast and stamp != optuna_head():
-        storage.engine.dispose()
-        raise StoreError(
-            f"database {url}: its optuna tables are at revision {stamp}, optuna "
-            f"{optuna.__version__} needs {optuna_head()} (`optuna storage upgrade --storage "
-            f"URL` upgrades older tables; a newer optuna made newer ones)")
     if url.startswith("sqlite"):
         # Optuna's own engine: same WAL/synchronous=NORMAL pragmas as ours (no fsync per
         # commit; a killed process still loses nothing committed)

@@ -4,7 +4,11 @@ Optuna's)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
+import time
 from contextlib import closing
 
 import optuna
@@ -22,6 +26,22 @@ def _no_storage_kept():
     for _, storage in _STORAGES.values():
         storage.engine.dispose()
     _STORAGES.clear()
+
+
+def _forbid_scripts(monkeypatch) -> None:
+    """Fail the test if Optuna loads its migration scripts (its own, slow open)."""
+    from optuna.storages._rdb.storage import _VersionManager
+
+    def refuse(self):
+        raise AssertionError("Optuna loaded its migration scripts")
+
+    monkeypatch.setattr(_VersionManager, "_create_alembic_script", refuse)
+
+
+@pytest.fixture
+def no_scripts(monkeypatch):
+    _forbid_scripts(monkeypatch)
+    return monkeypatch
 
 
 def _arbiter_db(tmp_path, name: str = "arbiter.db") -> str:
@@ -54,8 +74,9 @@ def _fresh_optuna_db(tmp_path, name: str) -> str:
     return url
 
 
-def test_a_new_file_gets_the_tables_and_stamp_optuna_itself_makes(url, tmp_path):
+def test_a_new_file_gets_the_tables_and_stamp_optuna_itself_makes(url, tmp_path, no_scripts):
     storage = storage_for(url)
+    no_scripts.undo()
     ours, theirs = url.removeprefix("sqlite:///"), _fresh_optuna_db(tmp_path, "optuna.db")
     theirs = theirs.removeprefix("sqlite:///")
     assert _schema(ours) == _schema(theirs)
@@ -69,11 +90,12 @@ def test_a_new_file_gets_the_tables_and_stamp_optuna_itself_makes(url, tmp_path)
     assert [t.value for t in again.trials] == [t.value for t in study.trials]
 
 
-def test_a_file_whose_optuna_tables_optuna_made_opens_as_is(tmp_path):
+def test_a_file_whose_optuna_tables_optuna_made_opens_as_is(tmp_path, monkeypatch):
     url = _fresh_optuna_db(tmp_path, "optuna.db")
     before = _schema(url.removeprefix("sqlite:///"))
     optuna.create_study(study_name="kept", storage=url)
     _STORAGES.clear()
+    _forbid_scripts(monkeypatch)
     storage = storage_for(url)
     assert [s.study_name for s in storage.get_all_studies()] == ["kept"]
     assert _schema(url.removeprefix("sqlite:///")) == before
@@ -101,7 +123,46 @@ def test_another_optunas_tables_are_refused_in_one_line(url, stamp):
     text = str(e.value)
     assert "\n" not in text and stamp in text and optuna_head() in text
     assert "optuna storage upgrade" in text
-    assert not _STORAGES  # nothing half-open is kept for the next sweep
+
+
+def test_tables_from_before_optuna_used_alembic_are_refused_in_one_line(url):
+    storage_for(url).engine.dispose()
+    _STORAGES.clear()
+    with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as con, con:
+        con.execute("drop table alembic_version")
+        con.execute("update version_info set schema_version = 11, library_version = '1.2.0'")
+    with pytest.raises(StoreError) as e:
+        storage_for(url)
+    assert "\n" not in str(e.value) and "optuna storage upgrade" in str(e.value)
+
+
+CREATE_AT_ONCE = """
+import json, sys, time
+from optuna.storages._rdb.storage import _VersionManager
+from arbiter._study_storage import storage_for
+loads = []
+slow = _VersionManager._create_alembic_script
+_VersionManager._create_alembic_script = lambda self: loads.append(1) or slow(self)
+while time.time() < float(sys.argv[2]):
+    pass
+storage_for(sys.argv[1])
+print(json.dumps(len(loads)))
+"""
+
+
+def test_sweeps_making_one_new_files_tables_at_once_all_get_them_made_once(url):
+    # the tables are made in one write transaction: the others wait for it and then find the
+    # stamp (none falls back to Optuna's own open, none sees a table without its index)
+    start = str(time.time() + 4)  # imports first, then all at once
+    procs = [subprocess.Popen([sys.executable, "-c", CREATE_AT_ONCE, url, start],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    assert [json.loads(out) for out, _ in results] == [0] * 6
+    assert _optuna_rows(url.removeprefix("sqlite:///")) == (
+        [(optuna_head(),)], [(1, optuna.storages._rdb.models.SCHEMA_VERSION,
+                              optuna.__version__)])
 
 
 def test_an_optuna_laid_out_otherwise_opens_its_own_way(url, monkeypatch):
