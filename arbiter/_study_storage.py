@@ -5,7 +5,8 @@ revision, to stamp it, to check it: ~70 ms, once per new file, in a sweep's path
 every later open. We make a new file's Optuna tables as `create_current` makes ours (Alembic's
 "create_all, then stamp" recipe, at the head of Optuna's migrations), and check an existing
 file's stamp against that head, loaded once per process. A file in any other state (Optuna's
-tables without a stamp: made before Optuna used Alembic) is left to Optuna's own open.
+tables without a stamp: made before Optuna used Alembic), and any file where Optuna's private
+layout is not the one this was written against, is left to Optuna's own open.
 """
 
 from __future__ import annotations
