@@ -17,12 +17,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table, inspect, text
+from sqlalchemy import inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._errors import StoreError
 from ._store import engine_for
-from ._store.session import RACE_WAITS, _sqlite_pragmas, _store_error, per_file
+from ._store.session import (
+    RACE_WAITS,
+    _sqlite_pragmas,
+    _store_error,
+    per_file,
+    version_table,
+)
 
 __all__ = ["storage_for"]
 
@@ -60,9 +66,7 @@ def _create(conn: Any, head: str) -> None:
     import optuna
     from optuna.storages._rdb import models
 
-    version = Table(OPTUNA_VERSION_TABLE, MetaData(),
-                    Column("version_num", String(32), nullable=False),
-                    PrimaryKeyConstraint("version_num", name=f"{OPTUNA_VERSION_TABLE}_pkc"))
+    version = version_table(OPTUNA_VERSION_TABLE)
     models.BaseModel.metadata.create_all(conn)
     conn.execute(models.VersionInfoModel.__table__.insert().values(
         version_info_id=1, schema_version=models.SCHEMA_VERSION,

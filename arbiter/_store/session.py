@@ -37,7 +37,7 @@ from .._errors import StoreError
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
 __all__ = ["connection_scope", "create_current", "engine_for", "once_more_on_conflict", "per_file",
-           "require_current", "revision_of", "session_scope", "upgrade"]
+           "require_current", "revision_of", "session_scope", "upgrade", "version_table"]
 
 T = TypeVar("T")
 
@@ -178,6 +178,12 @@ def once_more_on_conflict(fn: Callable[[], T]) -> T:
     return fn()
 
 
+def version_table(name: str) -> Table:
+    """An Alembic version table as Alembic makes it: one row, the revision stamped."""
+    return Table(name, MetaData(), Column("version_num", String(32), nullable=False),
+                 PrimaryKeyConstraint("version_num", name=f"{name}_pkc"))
+
+
 def revision_of(url: str) -> str | None:
     """Our schema revision in the database; None when it holds no Arbiter tables yet."""
     try:
@@ -211,8 +217,7 @@ def create_current(url: str) -> None:
     head revision in Alembic's version table (Alembic's "create_all, then stamp" recipe).
     Replaying every migration instead costs ~0.1 s at the first `tune` against a new file; a
     test holds the models and the migrations to the same schema."""
-    version = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), nullable=False),
-                    PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"))
+    version = version_table(VERSION_TABLE)
     try:
         with engine_for(url).begin() as conn:
             Base.metadata.create_all(conn)
