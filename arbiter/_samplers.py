@@ -98,7 +98,7 @@ DEFAULT_TPE = {"multivariate": True, "group": True, "n_startup_trials": 10}  # `
 SAMPLERS: dict[str, Callable[[int | None], Any]] = {
     # default by measurement (BENCHMARKS.md, "Arbiter overhead and samplers")
     "tpe": lambda s: _tpe(s, **DEFAULT_TPE),
-    "tpe-startup5": lambda s: _tpe(s, multivariate=True, group=True, n_startup_trials=5),
+    "tpe-startup5": lambda s: _tpe(s, **{**DEFAULT_TPE, "n_startup_trials": 5}),
     "tpe-independent": lambda s: _tpe(s, n_startup_trials=5),
     "gp": _gp,
     "random": _random,

@@ -487,7 +487,7 @@ class Worker:
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
         self.hinted = False  # told to build early: it may run compilers before any request
         self._early = False  # builds hinted since the last request: it waits for one
-        self._chores: list[Callable[[], bool]] = []  # parent work, a step per window
+        self._chore: Callable[[], bool] | None = None  # parent work, a step per window
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -541,7 +541,7 @@ class Worker:
     def between_trials(self, chore: Callable[[], bool] | None) -> None:
         """Parent work done a step at a time, one step in each check's window after its
         `meanwhile` (so never beside a timing), until a step returns False; None drops it."""
-        self._chores = [chore] if chore is not None else []
+        self._chore = chore
 
     def _asked(self, lanes: Iterable[str]) -> None:
         """Note the lanes about to run in the child, and whether any is not a CPU lane (one
@@ -632,8 +632,8 @@ class Worker:
         assert proc.stdin is not None
         try:
             expected = meanwhile() if meanwhile is not None else None
-            if self._chores and not self._chores[0]():
-                self._chores.clear()
+            if self._chore is not None and not self._chore():
+                self._chore = None
         except BaseException:
             # the parent's own error, never the candidate's: it propagates, and the child goes
             # (its reply would be read by the next request)
