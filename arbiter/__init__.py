@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._api import best, check, lane_table, run, tune
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     ArbiterError,
     BuildError,
@@ -13,12 +15,11 @@ from ._errors import (
     SpecError,
     StoreError,
 )
-from ._inputs import input_shapes, output_shape, random_inputs, validate_inputs
 from ._lane import Lane, Runner
 from ._ops import Epilogue, Pointwise, Reduction
-from ._oracle import compare, reference
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
 from ._registry import get_lane, lane_names
+from ._shapes import input_shapes, output_shape
 from ._spec import Spec, load_spec, parse_spec
 from ._values import (
     Artifact,
@@ -33,7 +34,31 @@ from ._values import (
     Tunable,
 )
 
+if TYPE_CHECKING:
+    from ._api import best, check, lane_table, run, tune
+    from ._inputs import random_inputs, validate_inputs
+    from ._oracle import compare, reference
+
 __version__ = "0.1.0"
+
+# Imported on first use, with numpy (0.05-0.1 s): `python -m arbiter._worker` imports this
+# package before anything else, and its first compile needs none of them.
+_ON_USE = {"best": "_api", "check": "_api", "lane_table": "_api", "run": "_api", "tune": "_api",
+           "random_inputs": "_inputs", "validate_inputs": "_inputs", "compare": "_oracle",
+           "reference": "_oracle"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ON_USE})
 
 __all__ = [
     "DEFAULT_BUDGET", "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError",

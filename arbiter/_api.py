@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ._check import build_candidate
 from ._errors import ArbiterError, InputError, LaneError, SpecError
 from ._inputs import input_shapes, output_shape, random_inputs, validate_inputs
-from ._lane import Lane
+from ._lane import Lane, build_candidate
 from ._oracle import budget_of
 from ._region import Region
 from ._registry import get_lane, lane_names

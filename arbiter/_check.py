@@ -14,29 +14,14 @@ from typing import Protocol
 
 import numpy as np
 
-from ._errors import BuildError, EmitError, InputError
+from ._errors import InputError
 from ._inputs import output_shape, poison, random_inputs
-from ._lane import Lane, Runner
+from ._lane import Lane, Runner, build_candidate
 from ._oracle import Verdict, compare, frobenius, reference
 from ._region import Region
 from ._values import Artifact, Config, Measurement, Status
 
-__all__ = ["build_candidate", "check_candidate", "verify"]
-
-
-def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Measurement:
-    """Emit and build; a Measurement (INVALID / COMPILE_FAILED) when that fails."""
-    violation = lane.space(region).violation(config)
-    if violation is not None:
-        return Measurement(Status.INVALID, log=f"config rejected by the lane's space: {violation}")
-    try:
-        source = lane.emit(region, config)
-    except EmitError as e:
-        return Measurement(Status.INVALID, log=f"emit refused: {e}")
-    try:
-        return lane.build(source)
-    except BuildError as e:
-        return Measurement(Status.COMPILE_FAILED, log=f"{e}\n{e.log}")
+__all__ = ["check_candidate", "verify"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Array names, shapes and validation per region kind; seeded random inputs; poisoning."""
+"""Input validation per region kind (names and shapes: `_shapes`); seeded random inputs;
+poisoning."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 
 from ._errors import InputError
 from ._parts import in_parts
-from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
+from ._region import Region
+from ._shapes import input_shapes, output_shape
 
 __all__ = [
     "POISON_BITS",
@@ -25,34 +27,6 @@ __all__ = [
 # A quiet-NaN bit pattern no arithmetic produces by accident: a runner that leaves an output
 # element unwritten is caught by this exact pattern, told apart from a NaN it computed.
 POISON_BITS = np.uint32(0x7FC0DEAD)
-
-
-def input_shapes(region: Region) -> dict[str, tuple[int, ...]]:
-    """Required arrays and their shapes, in the order runners pass them."""
-    if isinstance(region, FusedRegion):
-        shapes: dict[str, tuple[int, ...]] = {"A": (region.M, region.K), "B": (region.K, region.N)}
-    elif isinstance(region, RowwiseRegion):
-        shapes = {"X": (region.M, region.N)}
-    elif isinstance(region, AttentionRegion):
-        b, h = region.batch, region.heads
-        return {
-            "q": (b, h, region.seq_q, region.head_dim),
-            "k": (b, h, region.seq_k, region.head_dim),
-            "v": (b, h, region.seq_k, region.head_dim),
-        }
-    else:
-        raise TypeError(f"not a region: {region!r}")
-    if region.has_bias:
-        shapes["bias"] = (region.N,)
-    if region.residual:
-        shapes["residual"] = (region.M, region.N)
-    return shapes
-
-
-def output_shape(region: Region) -> tuple[int, ...]:
-    if isinstance(region, AttentionRegion):
-        return (region.batch, region.heads, region.seq_q, region.head_dim)
-    return (region.M, region.N)
 
 
 def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:

@@ -1,16 +1,29 @@
-"""The lane contract: what every candidate implementation must offer the arbiter."""
+"""The lane contract: what every candidate implementation must offer the arbiter; and a
+candidate's build through it (no numpy here: the worker's first compile starts before numpy
+is imported)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import numpy as np
-
+from ._errors import BuildError, EmitError
 from ._region import Region
-from ._values import Artifact, Availability, Config, KernelSource, Platform, Space
+from ._values import (
+    Artifact,
+    Availability,
+    Config,
+    KernelSource,
+    Measurement,
+    Platform,
+    Space,
+    Status,
+)
 
-__all__ = ["Lane", "Runner"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Lane", "Runner", "build_candidate"]
 
 
 @runtime_checkable
@@ -78,3 +91,16 @@ class Lane(Protocol):
         """Load the artifact for launching on `region`'s arrays."""
 
 
+def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Measurement:
+    """Emit and build; a Measurement (INVALID / COMPILE_FAILED) when that fails."""
+    violation = lane.space(region).violation(config)
+    if violation is not None:
+        return Measurement(Status.INVALID, log=f"config rejected by the lane's space: {violation}")
+    try:
+        source = lane.emit(region, config)
+    except EmitError as e:
+        return Measurement(Status.INVALID, log=f"emit refused: {e}")
+    try:
+        return lane.build(source)
+    except BuildError as e:
+        return Measurement(Status.COMPILE_FAILED, log=f"{e}\n{e.log}")

@@ -135,7 +135,7 @@ class _Ahead:
         self.thread.start()
 
     def _build(self, candidates: list[tuple[Any, str, Config]]) -> None:
-        from ._check import build_candidate
+        from ._lane import build_candidate
         from ._registry import get_lane
 
         for region, lane, config in candidates:
@@ -336,7 +336,8 @@ def _check(req: dict[str, Any]) -> Outcome:
 
 def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
     """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
-    from ._check import build_candidate, fresh_seeds, timing_sets
+    from ._check import fresh_seeds, timing_sets
+    from ._lane import build_candidate
     from ._registry import get_lane
 
     region = req["region"]
@@ -416,12 +417,12 @@ def _use_settings(env: dict[str, str] | None) -> None:
     os.environ.update(env)
 
 
-def _serve() -> None:
+def _serve(hint_first: bool) -> None:
     import faulthandler
 
     faulthandler.enable()  # a segfault leaves the Python stack in the trial's log
-    from . import _check, _registry  # noqa: F401  (imported while the parent gets ready)
-
+    if not hint_first:
+        from . import _check  # noqa: F401  (numpy and the oracle, while the parent gets ready)
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # lane prints go to the log, not into the protocol
     try:
@@ -439,6 +440,9 @@ def _serve_requests(reply_fd: int) -> None:
         _use_settings(env)
         if req["op"] == "early":  # a hint: no reply
             _build_early(req)
+            # numpy and the oracle, while the compile runs (not before: the parent is waiting
+            # for the first result, and the first compile needs neither)
+            from . import _check  # noqa: F401
             continue
         # Every check request is followed by one "go" from the parent once its own work for
         # the previous trial is done; timing waits for it, so the parent's database writes
@@ -497,14 +501,17 @@ class Worker:
         self.close()
 
     def start(self) -> None:
-        """Start the child now (its imports overlap the caller's own start-up)."""
-        self._start()
+        """Start the child now, for a sweep: it waits for the sweep's hint (`build_early`)
+        before it imports numpy and the oracle, which then overlap its first compiles, and
+        the compiles the caller's own start-up."""
+        self._start(hint_first=True)
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, hint_first: bool = False) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "arbiter._worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._log, close_fds=True)
+                [sys.executable, "-m", "arbiter._worker", *(["--hint-first"] * hint_first)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                close_fds=True)
             self.starts += 1
         return self.proc
 
@@ -733,4 +740,4 @@ if __name__ == "__main__":
     # run the importable module's copy, so pickled replies name arbiter._worker, not __main__
     from arbiter._worker import _serve as serve
 
-    serve()
+    serve(hint_first="--hint-first" in sys.argv[1:])

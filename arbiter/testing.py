@@ -18,10 +18,10 @@ import secrets
 import numpy as np
 import pytest
 
-from ._check import build_candidate, verify
+from ._check import verify
 from ._errors import InputError
 from ._inputs import input_shapes, output_shape, poison, random_inputs
-from ._lane import Lane, Runner
+from ._lane import Lane, Runner, build_candidate
 from ._ops import Epilogue as E
 from ._ops import Pointwise as P
 from ._ops import Reduction as R

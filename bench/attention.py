@@ -40,8 +40,8 @@ import numpy as np
 from arbiter.lanes.fa2 import lane as fa2
 
 from arbiter import random_inputs
-from arbiter._check import build_candidate
 from arbiter._inputs import output_shape, poison
+from arbiter._lane import build_candidate
 from arbiter._region import AttentionRegion
 from arbiter._values import Measurement
 

@@ -48,8 +48,8 @@ from arbiter.lanes.vendor_numpy import lane as numpy_lane  # noqa: E402
 from arbiter.lanes.x86_c import lane as x86  # noqa: E402
 
 from arbiter import FusedRegion, Measurement, RowwiseRegion, Status, random_inputs  # noqa: E402
-from arbiter._check import build_candidate  # noqa: E402
 from arbiter._inputs import input_shapes, output_shape, poison  # noqa: E402
+from arbiter._lane import build_candidate  # noqa: E402
 from arbiter._oracle import budget_of, compare, reference  # noqa: E402
 from arbiter._timing import HOST_METHOD, time_host  # noqa: E402
 

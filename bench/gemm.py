@@ -159,7 +159,7 @@ def baselines(torch, shape, host_sets, warmup, repeats):
 
 
 def _build_all(items):
-    from arbiter._check import build_candidate
+    from arbiter._lane import build_candidate
     from arbiter._registry import get_lane
     from arbiter._values import Config
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from arbiter.lanes.vendor_numpy.lane import compute
+from arbiter.lanes.vendor_numpy.run import compute
 
 from arbiter._build import run_tool
 from arbiter._errors import BuildError, EmitError

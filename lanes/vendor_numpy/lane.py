@@ -1,102 +1,32 @@
 """numpy as a lane like any other, so a CPU winner is never slower than the library.
 
-It computes in float32 exactly as a user would write it eagerly: `A @ B` through numpy's
-BLAS, then one numpy call per op, each making a temporary.
+It computes in float32 exactly as a user would write it eagerly (`run.py`). numpy itself is
+imported by its runner only: the trial worker's first compiles start before numpy is loaded.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from arbiter._inputs import validate_inputs, validate_output
-from arbiter._ops import Epilogue, Reduction
-from arbiter._region import AttentionRegion, FusedRegion, Region
-from arbiter._timing import HOST_METHOD, time_host
+from arbiter._region import Region
 from arbiter._values import Artifact, Availability, Config, KernelSource, Platform, Space
 
-_F = np.float32
-_GELU_C = _F(math.sqrt(2.0 / math.pi))
+if TYPE_CHECKING:
+    from .run import NumpyRunner
 
 
-def _sigmoid(x):
-    return _F(1) / (_F(1) + np.exp(-x))
-
-
-_POINTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "relu": lambda x: np.maximum(x, _F(0)),
-    "gelu": lambda x: _F(0.5) * x * (_F(1) + np.tanh(_GELU_C * (x + _F(0.044715) * x * x * x))),
-    "silu": lambda x: x * _sigmoid(x),
-    "sigmoid": _sigmoid,
-    "tanh": np.tanh,
-}
-
-
-def _reduce(x: np.ndarray, reduction: Reduction, eps: float) -> np.ndarray:
-    if reduction is Reduction.SOFTMAX:
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-    if reduction is Reduction.RMSNORM:
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + _F(eps))
-    mu = x.mean(axis=-1, keepdims=True)
-    d = x - mu
-    return d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + _F(eps))
-
-
-def _attention(region: AttentionRegion, q, k, v) -> np.ndarray:
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) * _F(region.scale)
-    if region.causal:
-        i = np.arange(region.seq_q)[:, None]
-        j = np.arange(region.seq_k)[None, :]
-        s = np.where(j <= i + (region.seq_k - region.seq_q), s, -np.inf).astype(_F)
-    m = s.max(axis=-1, keepdims=True)
-    dead = ~np.isfinite(m)
-    p = np.exp(s - np.where(dead, _F(0), m))
-    o = np.matmul(p, v) / np.where(dead, _F(1), p.sum(axis=-1, keepdims=True))
-    return np.where(dead, _F(0), o)
-
-
-def compute(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
-    if isinstance(region, AttentionRegion):
-        return _attention(region, a["q"], a["k"], a["v"])
-    if isinstance(region, FusedRegion):
-        x = a["A"]
-        for pre in region.prologue:
-            x = _POINTWISE[pre.value](x)
-        x = x @ a["B"]
-    else:
-        x = a["X"]
-    for op in region.epilogue:
-        x = x + a["bias"] if op is Epilogue.BIAS else _POINTWISE[op.value](x)
-    if region.residual:
-        x = x + a["residual"]
-    if region.reduction is not None:
-        x = _reduce(x, region.reduction, region.eps)
-    return x
-
-
-class _Runner:
-    timing_method = HOST_METHOD
-
-    def __init__(self, region: Region) -> None:
-        self.region = region
-
-    def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
-        a = validate_inputs(self.region, inputs)
-        validate_output(self.region, out)
-        np.copyto(out, compute(self.region, a), casting="same_kind")
-
-    def time(
-        self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
-    ) -> list[float]:
-        sets = [validate_inputs(self.region, s) for s in input_sets]
-        return time_host(lambda i: compute(self.region, sets[i]), len(sets),
-                         warmup=warmup, repeats=repeats)
-
-    def close(self) -> None:
-        pass
+@cache
+def _numpy_version() -> str | None:
+    try:
+        return version("numpy")
+    except PackageNotFoundError:  # importable without its metadata (a source tree), or missing
+        try:
+            import numpy
+        except ImportError:
+            return None
+        return str(numpy.__version__)
 
 
 class NumpyLane:
@@ -106,7 +36,8 @@ class NumpyLane:
     version = "1"
 
     def available(self) -> Availability:
-        return Availability(True, f"numpy {np.__version__}")
+        v = _numpy_version()
+        return Availability(v is not None, f"numpy {v}" if v else "numpy is not installed")
 
     def applies_to(self, region: Region) -> str | None:
         return None
@@ -119,10 +50,12 @@ class NumpyLane:
         return KernelSource(self.name, region.key, config, "python", text)
 
     def build(self, source: KernelSource) -> Artifact:
-        return Artifact(self.name, f"numpy-{np.__version__}", source, None, 0.0, True)
+        return Artifact(self.name, f"numpy-{_numpy_version()}", source, None, 0.0, True)
 
-    def runner(self, artifact: Artifact, region: Region) -> _Runner:
-        return _Runner(region)
+    def runner(self, artifact: Artifact, region: Region) -> NumpyRunner:
+        from .run import NumpyRunner
+
+        return NumpyRunner(region)
 
 
 lane = NumpyLane()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arbiter._region import AttentionRegion, FusedRegion, Region
 from arbiter._settings import settings
@@ -23,7 +24,9 @@ from . import build as _build
 from .attention import attention_tunables, emit_attention
 from .emit import _header, compile_options, parse_tile
 from .emit import emit as _emit
-from .run import CRunner
+
+if TYPE_CHECKING:
+    from .run import CRunner
 
 __all__ = ["X86CLane", "lane"]
 
@@ -123,6 +126,8 @@ class X86CLane:
         return _build.build(source, self.version)
 
     def runner(self, artifact: Artifact, region: Region) -> CRunner:
+        from .run import CRunner  # numpy: not needed for a build
+
         return CRunner(artifact, region)
 
 
