@@ -6,6 +6,7 @@ imported by its runner only: the trial worker's first compiles start before nump
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
@@ -19,9 +20,14 @@ if TYPE_CHECKING:
 
 @cache
 def _numpy_version() -> str | None:
+    # numpy's own when it is loaded; else its metadata (a scan of the installed packages, but
+    # no import), then an import for a numpy installed without metadata
+    loaded = sys.modules.get("numpy")
+    if loaded is not None:
+        return str(loaded.__version__)
     try:
         return version("numpy")
-    except PackageNotFoundError:  # importable without its metadata (a source tree), or missing
+    except PackageNotFoundError:
         try:
             import numpy
         except ImportError:
