@@ -89,9 +89,11 @@ def _made(engine: Any) -> str | None:
         return None
     with engine.connect() as conn:
         state = _state(conn)
-    if state is not False:
-        return state if isinstance(state, str) else None
+    if isinstance(state, str):
+        return state  # a stamp, once committed, stays
     if engine.dialect.name != "sqlite":
+        if state is None:
+            return None
         with engine.begin() as conn:  # transactional DDL; a second creator's insert fails
             _create(conn, head)
         return head
@@ -99,6 +101,9 @@ def _made(engine: Any) -> str | None:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # our BEGIN, our COMMIT
         conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, waited for (busy timeout)
         try:
+            # read again under the lock: the reads above ran outside a transaction, each on
+            # its own snapshot, so a creator's commit between them could read as tables
+            # without a stamp
             state = _state(conn)
             if state is False:
                 _create(conn, head)
