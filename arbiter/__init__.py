@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._errors import (
     ArbiterError,
@@ -16,6 +15,7 @@ from ._errors import (
     StoreError,
 )
 from ._lane import Lane, Runner
+from ._on_use import loader
 from ._ops import Epilogue, Pointwise, Reduction
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
 from ._registry import get_lane, lane_names
@@ -48,13 +48,7 @@ _ON_USE = {"best": "_api", "check": "_api", "lane_table": "_api", "run": "_api",
            "reference": "_oracle"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _ON_USE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = loader(__name__, _ON_USE, globals())
 
 
 def __dir__() -> list[str]:

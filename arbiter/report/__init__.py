@@ -6,8 +6,7 @@ is asked for (pandas and matplotlib stay out of `arbiter --help`).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._on_use import loader
 
 # public name -> private module that defines it
 _EXPORTS = {
@@ -41,13 +40,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'arbiter.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = loader(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:
