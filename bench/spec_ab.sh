@@ -6,7 +6,7 @@
 # runs by PYTHONPATH from its own directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rev=$1 pairs=${2:-2} out=${OUT:-/tmp/ab}
+rev=$1 pairs=${2:-2} out=$(realpath -m "${OUT:-/tmp/ab}")
 old=$out/old
 rm -rf "$old" && mkdir -p "$old"
 git archive "$rev" arbiter bench examples | tar -x -C "$old"
