@@ -24,11 +24,11 @@ from arbiter import _worker  # noqa: E402
 
 def _children(pid: str) -> list[str]:
     out = []
-    for f in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
+    try:
+        for f in Path(f"/proc/{pid}/task").glob("*/children"):
             out += f.read_text().split()
-        except OSError:
-            pass
+    except OSError:  # the process or one of its threads has ended
+        pass
     return out
 
 
