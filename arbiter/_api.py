@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import threading
 import zipfile
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -165,11 +167,35 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     with lease(timeout) if given is None else nullcontext(given) as worker:
         fingerprint_soon()
         todo = spec_regions(spec, kw.pop("regions", None))
+        records = _import_soon(RECORDS_IMPORTS)
         if given is None:
             _compile_defaults_early(worker, todo, kw)
+        records.join()
         from ._tune import tune as _tune
 
         return _tune(todo, worker=worker, **kw)
+
+
+# the records' libraries, most of `_tune`'s import (~0.2 s, 0.3 s on the H200 host); none of
+# them imports arbiter
+RECORDS_IMPORTS = ("sqlalchemy.orm", "sqlalchemy.dialects.sqlite")
+
+
+def _import_soon(names: Sequence[str]) -> threading.Thread:
+    """Import `names` in a thread: it runs while this one waits on the lanes' probe compiles
+    (x86_c's, ~0.15 s on the H200 host, the first time). An import error is the importer's
+    to report, later, in its own words."""
+
+    def quietly() -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+    thread = threading.Thread(target=quietly, name="import-soon", daemon=True)
+    thread.start()
+    return thread
 
 
 # regions whose defaults are named early: more compiles than a start-up hides (~0.2 s each)
@@ -180,17 +206,24 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
     """Have the worker compile the sweep's CPU lane defaults, region after region, while this
     process starts up: the first region's are the sweep's first candidates, and the compiles
     go on into the next regions' until the first request. A hint: a mistake in the arguments
-    is the sweep's to report, and a default measured before is a build-cache hit."""
+    is the sweep's to report, and a default measured before is a build-cache hit.
+
+    The hint goes before the lanes' availability probes (x86_c compiles one, ~0.15 s on the
+    H200 host): a lane that turns out unusable costs the worker a failed compile, no trial.
+    The probes then run while the records' libraries import."""
+    names = kw.get("lanes")
     try:
-        lanes = usable_lanes(kw.get("lanes"))
+        lanes = [get_lane(n.strip()) for n in names if n.strip()] if names is not None else [
+            get_lane(n) for n in lane_names()]
         if not regions or len(lanes) > kw.get("trials", DEFAULT_TRIALS):
             return  # a budget smaller than the defaults: which ones it measures is the plan's
         defaults = [(region, ln.name, ln.space(region).default)
                     for region in regions[:EARLY_REGIONS] for ln in lanes
                     if ln.platform is Platform.CPU and ln.applies_to(region) is None]
+        worker.build_early(defaults)
+        usable_lanes(names)  # the probes, cached for the sweep
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words
         return
-    worker.build_early(defaults)
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None) -> dict[str, Any]:

@@ -191,3 +191,23 @@ def test_sweeps_started_at_once_on_one_new_database_all_finish(env, tmp_path):
                for s in optuna.get_all_study_summaries(storage=url)
                for t in optuna.load_study(study_name=s.study_name, storage=url).trials}
     assert studied == candidates  # every record in the dashboard
+
+
+def test_without_a_c_compiler_every_lane_means_the_usable_ones(env, tmp_path):
+    """The sweep's worker starts on the CPU lanes' defaults before x86_c's probe has said it
+    cannot build: with no C compiler, a sweep of every lane still measures only the usable
+    ones, and naming x86_c is one line and a non-zero exit."""
+    from arbiter import lane_table
+
+    if any(r["available"] and r["platform"] != "cpu" for r in lane_table()):
+        pytest.skip("a GPU lane is usable here: a sweep of every lane would tune it too")
+    e = {k: v for k, v in env.items() if k != "ARBITER_EXTRA_LANES"}
+    e["ARBITER_CC"] = str(tmp_path / "no-such-cc")
+    rows = json.loads(arbiter(e, "tune", EXAMPLES, "--json").stdout)
+    assert len(rows) == 9 and all(r["lane"] == "numpy" and r["status"] == "ok" for r in rows)
+    db = sqlite3.connect(tmp_path / "arbiter.db")
+    assert db.execute("select distinct name from lanes").fetchall() == [("numpy",)]
+    p = arbiter(e, "tune", EXAMPLES, "--lanes", "x86_c,numpy", check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1
+    assert "lane 'x86_c' is not available here" in lines[0] and "no-such-cc" in lines[0]
