@@ -28,6 +28,7 @@ from ._store.session import (
     _store_error,
     per_file,
     version_table,
+    write_locked,
 )
 
 __all__ = ["storage_for"]
@@ -97,21 +98,14 @@ def _made(engine: Any) -> str | None:
         with engine.begin() as conn:  # transactional DDL; a second creator's insert fails
             _create(conn, head)
         return head
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # our BEGIN, our COMMIT
-        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, waited for (busy timeout)
-        try:
-            # read again under the lock: the reads above ran outside a transaction, each on
-            # its own snapshot, so a creator's commit between them could read as tables
-            # without a stamp
-            state = _state(conn)
-            if state is False:
-                _create(conn, head)
-                state = head
-        except BaseException:
-            conn.exec_driver_sql("ROLLBACK")
-            raise
-        conn.exec_driver_sql("COMMIT")
+    with write_locked(engine) as conn:
+        # read again under the lock: the reads above ran outside a transaction, each on its
+        # own snapshot, so a creator's commit between them could read as tables without a
+        # stamp
+        state = _state(conn)
+        if state is False:
+            _create(conn, head)
+            state = head
     return state if isinstance(state, str) else None
 
 

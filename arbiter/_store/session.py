@@ -37,7 +37,8 @@ from .._errors import StoreError
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
 __all__ = ["connection_scope", "create_current", "engine_for", "once_more_on_conflict", "per_file",
-           "require_current", "revision_of", "session_scope", "upgrade", "version_table"]
+           "require_current", "revision_of", "session_scope", "upgrade", "version_table",
+           "write_locked"]
 
 T = TypeVar("T")
 
@@ -212,6 +213,27 @@ def require_current(url: str, *, create: bool = True) -> None:
                      f"({SCHEMA_REVISION}): upgrade arbiter")
 
 
+@contextlib.contextmanager
+def write_locked(engine: Engine) -> Iterator[Connection]:
+    """A connection in one write transaction, committed on success. On SQLite it begins
+    IMMEDIATE: the write lock first (waited for up to the busy timeout), so what is read in
+    it stays true until the commit, and DDL is inside it too (the driver's own transactions
+    leave each CREATE to commit on its own)."""
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # our BEGIN, our COMMIT
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.exec_driver_sql("ROLLBACK")
+            raise
+        conn.exec_driver_sql("COMMIT")
+
+
 def create_current(url: str) -> None:
     """An empty database straight at the head schema: the models' tables, stamped with the
     head revision in Alembic's version table (Alembic's "create_all, then stamp" recipe).
@@ -219,13 +241,17 @@ def create_current(url: str) -> None:
     test holds the models and the migrations to the same schema."""
     version = version_table(VERSION_TABLE)
     try:
-        with engine_for(url).begin() as conn:
+        with write_locked(engine_for(url)) as conn:
+            # read again under the lock: another process may have made the file meanwhile
+            if inspect(conn).has_table(VERSION_TABLE) and conn.execute(
+                    version.select()).first() is not None:
+                return
             Base.metadata.create_all(conn)
             version.create(conn, checkfirst=True)
             conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
-        # several processes creating one file at once: SQLite runs DDL outside the
-        # transaction, so all but one fail here; the winner's stamp comes last
+        # several processes creating one database at once (without SQLite's write lock): all
+        # but one fail here, and the winner's stamp comes
         for _ in range(RACE_WAITS):
             if revision_of(url) == SCHEMA_REVISION:
                 return
