@@ -92,16 +92,12 @@ def _made(engine: Any) -> str | None:
         state = _state(conn)
     if isinstance(state, str):
         return state  # a stamp, once committed, stays
-    if engine.dialect.name != "sqlite":
-        if state is None:
-            return None
-        with engine.begin() as conn:  # transactional DDL; a second creator's insert fails
-            _create(conn, head)
-        return head
-    with write_locked(engine) as conn:
-        # read again under the lock: the reads above ran outside a transaction, each on its
-        # own snapshot, so a creator's commit between them could read as tables without a
-        # stamp
+    if state is None and engine.dialect.name != "sqlite":
+        return None  # DDL in a transaction there: tables without a stamp predate Alembic
+    with write_locked(engine) as conn:  # elsewhere: a second creator's CREATE fails, retried
+        # read again under the lock: on SQLite the reads above ran outside a transaction,
+        # each on its own snapshot, so a creator's commit between them could read as tables
+        # without a stamp
         state = _state(conn)
         if state is False:
             _create(conn, head)

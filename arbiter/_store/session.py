@@ -185,13 +185,17 @@ def version_table(name: str) -> Table:
                  PrimaryKeyConstraint("version_num", name=f"{name}_pkc"))
 
 
+def _revision(conn: Connection) -> str | None:
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
 def revision_of(url: str) -> str | None:
     """Our schema revision in the database; None when it holds no Arbiter tables yet."""
     try:
         with engine_for(url).connect() as conn:
-            if not inspect(conn).has_table(VERSION_TABLE):
-                return None
-            return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+            return _revision(conn)
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read database {url}: {e}") from e
 
@@ -242,9 +246,7 @@ def create_current(url: str) -> None:
     version = version_table(VERSION_TABLE)
     try:
         with write_locked(engine_for(url)) as conn:
-            # read again under the lock: another process may have made the file meanwhile
-            if inspect(conn).has_table(VERSION_TABLE) and conn.execute(
-                    version.select()).first() is not None:
+            if _revision(conn) is not None:  # read again under the lock: made meanwhile
                 return
             Base.metadata.create_all(conn)
             version.create(conn, checkfirst=True)
