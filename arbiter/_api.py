@@ -17,7 +17,7 @@ from ._inputs import input_shapes, output_shape, random_inputs, validate_inputs
 from ._lane import Lane, build_candidate
 from ._oracle import budget_of
 from ._region import Region
-from ._registry import get_lane, lane_names
+from ._registry import all_lanes, get_lane, lane_names
 from ._spec import Spec, load_spec
 from ._values import Config, Measurement, Platform
 
@@ -40,16 +40,17 @@ def lane_table() -> list[dict[str, Any]]:
     return rows
 
 
+def _named(names: Sequence[str] | None) -> list[Lane]:
+    """The lanes named (blank names skipped), or every installed one; not asked whether
+    they are available."""
+    return all_lanes(None if names is None else [n.strip() for n in names if n.strip()])
+
+
 def usable_lanes(names: Sequence[str] | None) -> list[Lane]:
     """Available lanes; explicitly named lanes must exist and be available."""
     if names is None:
-        out = []
-        for n in lane_names():
-            lane = get_lane(n)
-            if lane.available():
-                out.append(lane)
-        return out
-    lanes = [get_lane(n.strip()) for n in names if n.strip()]
+        return [lane for lane in _named(None) if lane.available()]
+    lanes = _named(names)
     if not lanes:
         raise LaneError("no lanes named")
     for lane in lanes:
@@ -213,8 +214,7 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
     The probes then run while the records' libraries import."""
     names = kw.get("lanes")
     try:
-        lanes = [get_lane(n.strip()) for n in names if n.strip()] if names is not None else [
-            get_lane(n) for n in lane_names()]
+        lanes = _named(names)
         if not regions or len(lanes) > kw.get("trials", DEFAULT_TRIALS):
             return  # a budget smaller than the defaults: which ones it measures is the plan's
         defaults = [(region, ln.name, ln.space(region).default)
