@@ -73,7 +73,12 @@ def optuna_tpe(seed: int | None, **kw: Any) -> Any:
 
 
 def _tpe(seed: int | None, **kw: Any) -> Any:
-    sampler = optuna_tpe(seed, **kw)
+    """Optuna's TPE with two faster steps that propose the same: the search-space groups
+    grown a trial at a time, and the sampling of categorical groups (`_tpe_step`)."""
+    from ._tpe_step import categorical_tpe
+
+    sampler = categorical_tpe(seed=seed, constraints_func=constraint_of, constant_liar=True,
+                              **kw)
     if getattr(sampler, "_group_decomposed_search_space", None) is not None:
         with contextlib.suppress(ImportError, AttributeError, TypeError):
             sampler._group_decomposed_search_space = _growing_groups()
