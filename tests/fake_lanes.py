@@ -263,3 +263,17 @@ class OpenMPWait(Tiny):
 openmp_wait = OpenMPWait()
 LANES[openmp_wait.name] = openmp_wait
 _ATTRS += ("openmp_wait",)
+
+
+class Where(Tiny):
+    """`Tiny` whose kernel fails, saying which cores it could run on."""
+
+    name = "fake_where"
+
+    def fill(self, region, a, out, config):
+        raise RuntimeError(f"cores={sorted(os.sched_getaffinity(0))}")
+
+
+where = Where()
+LANES[where.name] = where
+_ATTRS += ("where",)
