@@ -4,7 +4,8 @@ Our `candidates` table is the source of truth; both studies are rebuilt from it.
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
 trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
 recorded candidate: opened once its first trials are due (Optuna's storage once per file and
-process, `_study_storage`; the study itself in milliseconds) and written
+process, `_study_storage`; the study itself in milliseconds), or in the region's first window
+where this process has paid the storage's imports already, and written
 (`TrialWriter`, a few trials per transaction) by `flush`, which the search hands to
 `Worker.check` as its `meanwhile`, so both run while a candidate builds and is checked, never
 beside a timing (a region of fewer trials than `FLUSH_EVERY`, done within `FLUSH_AFTER_S`,
@@ -24,7 +25,7 @@ from ._records import Result
 from ._samplers import ATTR, make_sampler
 from ._store import engine_for
 from ._study_rows import TrialWriter
-from ._study_storage import storage_for
+from ._study_storage import opened_before, storage_for
 from ._values import Config
 
 __all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
@@ -150,6 +151,10 @@ class Studies:
         sweep killed before this write is caught up by the next run."""
         if self.db is None and not self.p.measured:  # the region's first window
             _optuna()  # for the sampler and this study
+            if opened_before():
+                # the imports are paid: this file's tables (~20 ms when it is new) and the
+                # study are left, and this window (the region's references) hides them
+                self.db = open_study(self.url, self.name)
             return
         # the database study is opened when its first trials are due, too: Optuna's storage,
         # opened the first time in a process, imports Alembic and Optuna's models (~0.13 s),

@@ -31,7 +31,7 @@ from ._store.session import (
     write_locked,
 )
 
-__all__ = ["storage_for"]
+__all__ = ["opened_before", "storage_for"]
 
 OPTUNA_VERSION_TABLE = "alembic_version"  # Optuna's Alembic table (ours has its own name)
 
@@ -143,6 +143,11 @@ def _new_storage(url: str) -> Any:
         event.listen(storage.engine, "connect", _sqlite_pragmas)
         storage.engine.dispose()
     return storage
+
+
+def opened_before() -> bool:
+    """Has this process opened Optuna's storage on some file (its imports paid)?"""
+    return bool(_STORAGES)
 
 
 def storage_for(url: str) -> Any:

@@ -433,3 +433,25 @@ def test_each_next_candidate_is_built_while_the_one_before_is_compared(env, monk
     assert ahead[0] and not ahead[1]
     assert all(ahead[2:]) if trials > 18 else sum(ahead) >= len(seen) // 2
     assert len({(lane, c.key) for lane, c, _ in seen}) == len(seen)
+
+
+def test_a_later_sweeps_database_study_opens_in_its_first_window(env, tmp_path, monkeypatch):
+    # Optuna's storage opened once in this process: a new file's study is opened while the
+    # region's first candidate is checked, before anything is recorded
+    from arbiter import _studies
+
+    arbiter.tune(REGION, db=env, trials=4, lanes=["fake_tiny"], seed=1)
+    measured_at_open = []
+    real = _studies.open_study
+
+    def watched(url, name):
+        measured_at_open.append(_rows(url, "select count(*) from candidates")[0][0])
+        return real(url, name)
+
+    monkeypatch.setattr(_studies, "open_study", watched)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    arbiter.tune(REGION, db=other, trials=12, lanes=["fake_tiny"], seed=2)
+    assert measured_at_open == [0]
+    # each recorded candidate (refused configs among them) written once all the same
+    ids = sorted(t.user_attrs["arbiter"]["candidate"] for t in _db_study(other).trials)
+    assert ids == _candidates(other) and len(ids) >= 12
