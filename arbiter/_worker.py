@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -429,25 +429,10 @@ def _use_settings(env: dict[str, str] | None) -> None:
     os.environ.update(env)
 
 
-# libgomp's threads spin this many rounds after each parallel region before they sleep. Its
-# default (300000 rounds) kept a core busy for ~7.5 ms after every kernel run on a 2-core EPYC:
-# beside the oracle's comparison and the parent's work, after each verification run. 10000
-# (~0.3 ms) still spans the gap between two timed calls: the same medians (BENCHMARKS.md).
-GOMP_SPINCOUNT = "10000"
-
-
-def _short_spin(env: MutableMapping[str, str]) -> None:
-    """Shorten OpenMP's spin in `env` (before the runtime loads), unless the user set how
-    its threads wait."""
-    if "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env:
-        env["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
-
-
 def _serve(hint_first: bool) -> None:
     import faulthandler
 
     faulthandler.enable()  # a segfault leaves the Python stack in the trial's log
-    _short_spin(os.environ)
     if not hint_first:
         from . import _check  # noqa: F401  (numpy and the oracle, while the parent gets ready)
     reply_fd = os.dup(1)

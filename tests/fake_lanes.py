@@ -249,22 +249,6 @@ LANES.update({slow_build.name: slow_build, slow_garbage.name: slow_garbage})
 _ATTRS += ("slow_build", "slow_garbage")
 
 
-class OpenMPWait(Tiny):
-    """`Tiny` that fails to load, saying how an OpenMP runtime loaded in its place would
-    have been told to wait (the settings libgomp reads when it loads)."""
-
-    name = "fake_openmp_wait"
-
-    def runner(self, artifact, region):
-        raise RuntimeError(" ".join(f"{k}={os.environ.get(k)}"
-                                    for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")))
-
-
-openmp_wait = OpenMPWait()
-LANES[openmp_wait.name] = openmp_wait
-_ATTRS += ("openmp_wait",)
-
-
 class Where(Tiny):
     """`Tiny` whose kernel fails, saying which cores it could run on."""
 

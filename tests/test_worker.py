@@ -321,28 +321,6 @@ def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
     assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
 
 
-@pytest.mark.parametrize("user", [None, ("GOMP_SPINCOUNT", "300000"),
-                                  ("OMP_WAIT_POLICY", "active")])
-def test_kernels_threads_spin_briefly_unless_the_user_says_otherwise(monkeypatch, user):
-    # libgomp's default spin kept a core busy ~7.5 ms after each kernel run, beside the
-    # oracle's comparison and the parent's work
-    from arbiter._worker import GOMP_SPINCOUNT
-
-    _fakes(monkeypatch, "fake_openmp_wait")
-    for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
-        monkeypatch.delenv(k, raising=False)
-    if user is not None:
-        monkeypatch.setenv(*user)
-    with Worker(timeout=60) as w:
-        m = w.check("fake_openmp_wait", REGION, Config.of(block=1, unroll=1, fast=False),
-                    1e-3, warmup=0, repeats=3).measurement
-    assert m.status is Status.LAUNCH_FAILED
-    expected = {None: f"GOMP_SPINCOUNT={GOMP_SPINCOUNT} OMP_WAIT_POLICY=None",
-                "GOMP_SPINCOUNT": "GOMP_SPINCOUNT=300000 OMP_WAIT_POLICY=None",
-                "OMP_WAIT_POLICY": "GOMP_SPINCOUNT=None OMP_WAIT_POLICY=active"}
-    assert expected[user[0] if user else None] in m.log
-
-
 def _allowed(pid: int) -> set[int]:
     """The cores the main thread of `pid` may run on."""
     with open(f"/proc/{pid}/task/{pid}/status") as f:
