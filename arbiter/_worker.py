@@ -8,8 +8,6 @@ CRASHED result with the tail of its stderr as the log. Either way the next reque
 fresh child, so one bad candidate costs one trial, never the sweep.
 
 Timing waits for the parent's "go", sent once its own work for the previous trial is done.
-For the length of a request the parent keeps to one core, and the child waits for its
-messages on the others (`_apart`), so that neither is woken onto the other's core.
 The go may name the candidate the parent expects next: for a large output and a CPU lane, the
 child then times the current candidate before comparing its outputs, and compiles the next
 one in a thread while it compares and replies (`_Ahead`). Before its own start-up, the
@@ -41,7 +39,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import _apart
 from ._values import Config, Measurement, Status
 
 __all__ = ["Outcome", "Worker", "lease"]
@@ -267,7 +264,7 @@ class _Go:
             return
         t0 = time.perf_counter()
         self.pending = False
-        go = _receive_apart()
+        go = _receive()
         if go is None:
             raise SystemExit(0)  # parent gone
         self.next = go.get("next")
@@ -400,15 +397,6 @@ def _send(fd: int, obj: Any) -> None:
         view = view[os.write(fd, view):]
 
 
-_CORES = _apart.Worker()
-
-
-def _receive_apart() -> Any:
-    """The parent's next message, waited for off the parent's core (`_apart`)."""
-    with _CORES.waiting():
-        return _receive()
-
-
 def _receive() -> Any:
     head = _read_exact(0, _HEADER.size)
     body = _read_exact(0, _HEADER.unpack(head)[0]) if head is not None else None
@@ -444,8 +432,7 @@ def _serve(hint_first: bool) -> None:
 
 
 def _serve_requests(reply_fd: int) -> None:
-    while (req := _receive_apart()) is not None:
-        _CORES.follow(req.pop("apart", None))
+    while (req := _receive()) is not None:
         env = req.pop("settings", None)
         if env is not None and env != _settings_now():
             _take_ahead()  # built under other settings (another cache)
@@ -613,19 +600,11 @@ class Worker:
         assert proc.stdin is not None and proc.stdout is not None
         offset = self._log.seek(0, os.SEEK_END)
         self.busy = True
-        with _apart.Parent() as cores:
-            return self._exchange(proc, req, timeout, offset, meanwhile, cores.apart)
-
-    def _exchange(self, proc: subprocess.Popen[bytes], req: dict[str, Any], timeout: float,
-                  offset: int, meanwhile: Meanwhile, apart: _apart.Apart | None) -> Any:
-        assert proc.stdin is not None and proc.stdout is not None
-        _send_to(proc, {**req, "settings": _settings_now(), "apart": apart})
-        # Where the two cannot be kept apart, the child, woken by its last reply's read, is
-        # often still queued on this core: let it take the request now. Without this, the
-        # parent's `meanwhile` ran first and the child waited 1-5 ms in a third of trials
-        # while the other core idled.
-        if apart is None:
-            os.sched_yield()
+        _send_to(proc, {**req, "settings": _settings_now()})
+        # The child, woken by its last reply's read, is often still queued on this core: let
+        # it take the request now. Without this, the parent's `meanwhile` ran first and the
+        # child waited 1-5 ms in a third of trials while the other core idled.
+        os.sched_yield()
         if req["op"] == "check":
             self._meanwhile_then_go(proc, meanwhile)
         fd = proc.stdout.fileno()

@@ -247,17 +247,3 @@ class SlowGarbage(Garbage):
 slow_build, slow_garbage = SlowBuild(), SlowGarbage()
 LANES.update({slow_build.name: slow_build, slow_garbage.name: slow_garbage})
 _ATTRS += ("slow_build", "slow_garbage")
-
-
-class Where(Tiny):
-    """`Tiny` whose kernel fails, saying which cores it could run on."""
-
-    name = "fake_where"
-
-    def fill(self, region, a, out, config):
-        raise RuntimeError(f"cores={sorted(os.sched_getaffinity(0))}")
-
-
-where = Where()
-LANES[where.name] = where
-_ATTRS += ("where",)

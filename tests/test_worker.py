@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -319,59 +318,3 @@ def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
         out = w.check("x86_c", BIG, second, 1e-3, warmup=1, repeats=3)
     assert out.measurement.status is Status.OK and out.built_ahead_s == 0
     assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
-
-
-def _allowed(pid: int) -> set[int]:
-    """The cores the main thread of `pid` may run on."""
-    with open(f"/proc/{pid}/task/{pid}/status") as f:
-        text = next(line for line in f if line.startswith("Cpus_allowed_list:")).split()[1]
-    cores: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cores.update(range(int(lo), int(hi or lo) + 1))
-    return cores
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs two cores and Linux affinity")
-def test_the_worker_waits_off_the_parents_core_and_runs_kernels_on_all(monkeypatch):
-    _fakes(monkeypatch, "fake_where")
-    cores = os.sched_getaffinity(0)
-    seen = {}
-    with Worker(timeout=60) as w:
-        w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3)  # started, imports done
-
-        def parents_work() -> None:
-            time.sleep(0.3)  # the child is at the gate by now
-            seen["parent"] = os.sched_getaffinity(0)
-            seen["child"] = _allowed(w.proc.pid)
-
-        out = w.check("numpy", REGION, Config(), 1e-3, warmup=1, repeats=3,
-                      meanwhile=parents_work)
-        assert out.measurement.status is Status.OK and out.gate_s > 0.2
-        m = w.check("fake_where", REGION, Config.of(block=1, unroll=1, fast=False), 1e-3,
-                    warmup=0, repeats=3).measurement
-    assert seen["parent"] == {max(cores)}
-    assert seen["child"] == cores - {max(cores)}
-    assert os.sched_getaffinity(0) == cores  # given back after each request
-    assert m.status is Status.LAUNCH_FAILED and f"cores={sorted(cores)}" in m.log
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux affinity")
-def test_a_parent_held_to_one_core_keeps_nothing_apart():
-    import threading
-
-    from arbiter import _apart
-
-    got = {}
-
-    def on_one_core() -> None:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        with _apart.Parent() as p:
-            got["apart"] = p.apart
-        got["after"] = os.sched_getaffinity(0)
-
-    t = threading.Thread(target=on_one_core)
-    t.start()
-    t.join()
-    assert got["apart"] is None and len(got["after"]) == 1
