@@ -1,6 +1,7 @@
 """The arbiter's own cost per trial, a re-run of a tuned spec, and samplers on a measured space.
 
     python3 bench/arbiter_overhead.py [--out bench/arbiter_overhead.json]
+    python3 bench/arbiter_overhead.py --warm N   # (1), then N sweeps of (1)'s warm-cache case
 
 1. Exhaustive sweep of one region (x86_c + numpy, every config) into a fresh SQLite file and
    a fresh build cache: wall time split into build (inside lane.build; plus, for a candidate
@@ -287,6 +288,22 @@ def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table:
     return len(table), asking, len(p.measured)
 
 
+def warm_only(n: int) -> None:
+    """The exhaustive sweep (it fills a fresh build cache), then `n` sweeps of the warm-cache
+    case into fresh databases, in this process."""
+    for package in ("arbiter", "lanes"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+    with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
+        tmp = Path(t)
+        os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
+        sweep(tmp)
+        for i in range(n):
+            r = sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db")
+            print(json.dumps({k: round(r[k], 3) for k in (
+                "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
+                "oracle_check_ms_per_trial", "kernel_timing_ms_per_trial")}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "arbiter_overhead.json"))
@@ -294,9 +311,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=SEEDS, help="sampler replay seeds")
     ap.add_argument("--only-overhead", action="store_true",
                     help="the exhaustive sweep only (no sampler replay, no re-run)")
+    ap.add_argument("--warm", type=int, metavar="N",
+                    help="the exhaustive sweep, then N warm-cache sweeps; prints each one's "
+                         "literal ms per trial (for A/B runs of that case)")
     ap.add_argument("--spec-sweep", nargs=2, metavar=("TMP", "SPAWNED_AT"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.warm:
+        warm_only(args.warm)
+        return
     if args.spec_sweep:
         tmp, spawned_at = args.spec_sweep
         print(json.dumps(sweep(Path(tmp), SPEC_TRIALS, "spec.db", whole_spec=True,
