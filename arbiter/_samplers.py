@@ -64,12 +64,14 @@ def _growing_groups() -> Any:
     return Growing()
 
 
-def optuna_tpe(seed: int | None, **kw: Any) -> Any:
-    """Optuna's TPESampler as it ships, with the accuracy constraint and the constant liar
-    (the next candidate is asked while the current one is in the worker)."""
+def optuna_tpe(seed: int | None, cls: Any = None, **kw: Any) -> Any:
+    """Optuna's TPESampler as it ships (or `cls`, a subclass), with the accuracy constraint
+    and the constant liar (the next candidate is asked while the current one is in the
+    worker)."""
     from optuna.samplers import TPESampler
 
-    return TPESampler(seed=seed, constraints_func=constraint_of, constant_liar=True, **kw)
+    return (cls or TPESampler)(seed=seed, constraints_func=constraint_of, constant_liar=True,
+                               **kw)
 
 
 def _tpe(seed: int | None, **kw: Any) -> Any:
@@ -77,8 +79,7 @@ def _tpe(seed: int | None, **kw: Any) -> Any:
     grown a trial at a time, and the sampling of categorical groups (`_tpe_step`)."""
     from ._tpe_step import categorical_tpe
 
-    sampler = categorical_tpe(seed=seed, constraints_func=constraint_of, constant_liar=True,
-                              **kw)
+    sampler = optuna_tpe(seed, categorical_tpe(), **kw)
     if getattr(sampler, "_group_decomposed_search_space", None) is not None:
         with contextlib.suppress(ImportError, AttributeError, TypeError):
             sampler._group_decomposed_search_space = _growing_groups()

@@ -4,7 +4,7 @@ between asks.
 At every ask and for every group of parameters, Optuna's TPESampler encodes each trial
 again, scores its feasibility, splits the trials into good and bad ones and builds two Parzen
 estimators, through code written for every kind of distribution. Our spaces are categorical
-only. `categorical_tpe`'s `_sample` does the same arithmetic with the same random draws in
+only. `categorical_tpe()`'s `_sample` does the same arithmetic with the same random draws in
 the same order, from what it keeps per finished trial (which never changes): it proposes
 exactly what Optuna's own step proposes (tests/test_samplers.py). Anything else (a numerical
 parameter, several objectives, an estimator of the user's, an Optuna whose internals differ
@@ -13,6 +13,7 @@ from the 5.x ones this follows) goes to Optuna's own step.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,9 @@ __all__ = ["categorical_tpe"]
 FOLLOWS = "5."  # the Optuna releases whose TPESampler._sample this repeats
 
 
-def categorical_tpe(**kw: Any) -> Any:
-    """A TPESampler (keyword arguments as Optuna's) with the categorical step."""
+@cache
+def categorical_tpe() -> Any:
+    """TPESampler's subclass with the categorical step (made once, Optuna imported then)."""
     import optuna
     from optuna.distributions import CategoricalDistribution
     from optuna.samplers import TPESampler
@@ -152,7 +154,7 @@ def categorical_tpe(**kw: Any) -> Any:
                 dists.append(w)
             return weights, dists
 
-    return CategoricalTPE(**kw)
+    return CategoricalTPE
 
 
 def _number(t: Any) -> int:

@@ -288,11 +288,18 @@ def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table:
     return len(table), asking, len(p.measured)
 
 
+def _byte_compiled() -> None:
+    """Bytecode for the arbiter's own modules, as an installed package has it (pip compiles on
+    install): with PYTHONDONTWRITEBYTECODE set, every start would compile them again; done
+    once per bench run, not in the whole-spec sweep's process, whose start is timed."""
+    for package in ("arbiter", "lanes"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 def warm_only(n: int) -> None:
     """The exhaustive sweep (it fills a fresh build cache), then `n` sweeps of the warm-cache
     case into fresh databases, in this process."""
-    for package in ("arbiter", "lanes"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    _byte_compiled()
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
@@ -325,11 +332,7 @@ def main() -> None:
         print(json.dumps(sweep(Path(tmp), SPEC_TRIALS, "spec.db", whole_spec=True,
                                spawned_at=float(spawned_at))))
         return
-    # bytecode for the arbiter's own modules, as an installed package has it (pip compiles on
-    # install): with PYTHONDONTWRITEBYTECODE set, every start would compile them again; done
-    # once here, not in the whole-spec sweep's process, whose start is timed
-    for package in ("arbiter", "lanes"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    _byte_compiled()
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
