@@ -1,4 +1,5 @@
-"""Memory-bound numpy passes over a large output, split across the cores a sweep leaves free.
+"""Memory-bound numpy passes over a large output, split across the cores a sweep leaves free;
+and pieces of work independent of each other (each seed's inputs), side by side.
 
 A sweep's parent process works beside its trial worker, so the worker's own helpers use every
 core but one. numpy releases the GIL inside each ufunc call, so threads over contiguous parts
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["MAX_THREADS", "PART_MIN", "cores_but_one", "in_parts"]
+__all__ = ["MAX_THREADS", "PART_MIN", "cores_but_one", "in_parts", "side_by_side"]
 
+A = TypeVar("A")
 T = TypeVar("T")
 
 # Measured by bench/oracle_parts.py (BENCHMARKS.md): on a 16-core host, comparing 512K
@@ -50,14 +52,26 @@ def in_parts(n: int, work: Callable[[int, int], T], align: int = 1,
     parts = min(threads or min(MAX_THREADS, cores_but_one()), n // part_min)
     if parts <= 1:
         return [work(0, n)]
+    return list(_pool(parts).map(lambda r: work(*r), _bounds(n, align, parts)))
+
+
+def side_by_side(work: Callable[[A], T], items: Sequence[A]) -> list[T]:
+    """`work(item)` for each item, in order: on threads when more than one core is free (one
+    per item, `MAX_THREADS` at most), else one after another in this thread."""
+    threads = min(len(items), MAX_THREADS, cores_but_one())
+    if threads <= 1:
+        return [work(x) for x in items]
+    return list(_pool(threads).map(work, items))
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
     with _POOL_LOCK:
-        if not _POOL or _POOL[0][0] < parts:
+        if not _POOL or _POOL[0][0] < threads:
             # a smaller pool is left to its callers, never shut down under them; its idle
             # threads end when it is collected
-            size = max(parts, MAX_THREADS)
+            size = max(threads, MAX_THREADS)
             _POOL[:] = [(size, ThreadPoolExecutor(size, thread_name_prefix="arbiter-parts"))]
-        pool = _POOL[0][1]
-    return list(pool.map(lambda r: work(*r), _bounds(n, align, parts)))
+        return _POOL[0][1]
 
 
 def _forget_pool() -> None:

@@ -186,6 +186,73 @@ def test_in_parts_covers_the_range_in_order_on_aligned_bounds():
     assert np.isnan(big).all()
 
 
+def test_seeds_cases_made_side_by_side_are_those_made_one_at_a_time(monkeypatch):
+    import threading
+
+    from arbiter import _check, _parts
+
+    monkeypatch.setattr(_parts, "cores_but_one", lambda: 3)
+    r = RowwiseRegion(48, 700, epilogue=("gelu",), residual=True)
+    seeds = _check.fresh_seeds(3)
+    names = []
+    case = _check._case
+
+    def watched(region, seed):
+        names.append(threading.current_thread().name)
+        return case(region, seed)
+
+    monkeypatch.setattr(_check, "_case", watched)
+    _check.forget_cases()
+    try:
+        made = _check.cases(r, [*seeds, seeds[0]])
+    finally:
+        _check.forget_cases()
+    assert len(names) == 3 and all(n.startswith("arbiter-parts") for n in names)
+    for seed, c in zip([*seeds, seeds[0]], made):
+        alone = case(r, seed)
+        assert c.inputs.keys() == alone.inputs.keys()
+        assert all(np.array_equal(c.inputs[k], alone.inputs[k]) for k in alone.inputs)
+        assert np.array_equal(c.reference, alone.reference) and c.norm == alone.norm
+    assert made[0] is made[3]
+    assert _parts.side_by_side(lambda x: x * x, [3, 1, 2]) == [9, 1, 4]
+    monkeypatch.setattr(_parts, "cores_but_one", lambda: 1)
+    assert _parts.side_by_side(lambda x: threading.current_thread().name,
+                               [1, 2]) == [threading.current_thread().name] * 2
+
+
+def test_seeds_outputs_compared_side_by_side_get_the_verdict_of_one_at_a_time(monkeypatch):
+    import threading
+
+    from arbiter import _check, _parts
+
+    monkeypatch.setattr(_parts, "cores_but_one", lambda: 3)
+    r = RowwiseRegion(64, 1100, epilogue=("silu",))  # one comparison's worth: one thread
+    seeds = [21, 22, 23]
+    chosen = [_check._case(r, s) for s in seeds]
+    rng = np.random.default_rng()
+    for c in chosen:
+        c.out[...] = c.reference * (1 + 1e-5 * rng.standard_normal(c.reference.shape))
+    names = []
+    plain = _check.compare
+
+    def watched(*a, **kw):
+        names.append(threading.current_thread().name)
+        return plain(*a, **kw)
+
+    monkeypatch.setattr(_check, "compare", watched)
+    verdict, log = _check._judge(seeds, chosen, 1e-3)
+    alone = [plain(c.out, c.reference, 1e-3) for c in chosen]
+    assert all(n.startswith("arbiter-parts") for n in names) and len(names) == 3
+    assert verdict.status is Status.OK
+    assert verdict.rel_error == pytest.approx(max(v.rel_error for v in alone), rel=1e-12)
+    assert [line.split(":")[0] for line in log.splitlines()] == [f"seed {s}" for s in seeds]
+    # the first failure in the seeds' order, whichever finished first
+    chosen[1].out[5, 7] = np.nan
+    poison(chosen[2].out)
+    verdict, log = _check._judge(seeds, chosen, 1e-3)
+    assert verdict.status is Status.NAN and log.splitlines()[-1].startswith("seed 22: nan")
+
+
 def test_reference_leaves_a_core_to_the_sweep_beside_it(monkeypatch):
     # the worker's references run while the parent process works (sampler, database writes):
     # their products use every core but one, and the lanes' BLAS is left as it was
