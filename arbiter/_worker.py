@@ -365,7 +365,7 @@ def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
     return samples
 
 
-def _forget(req: dict[str, Any]) -> None:
+def _forget() -> None:
     """Drop the inputs and references of the sweep just done (a large region's take GBs):
     a worker kept idle for the next sweep holds only itself."""
     import gc
@@ -377,7 +377,7 @@ def _forget(req: dict[str, Any]) -> None:
     gc.collect()
 
 
-_HANDLERS = {"check": _check, "interleave": _interleave, "forget": _forget}
+_HANDLERS = {"check": _check, "interleave": _interleave}
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -443,6 +443,9 @@ def _serve_requests(reply_fd: int) -> None:
             # numpy and the oracle, while the compile runs (not before: the parent is waiting
             # for the first result, and the first compile needs neither)
             from . import _check  # noqa: F401
+            continue
+        if req["op"] == "forget":  # no reply either: the sweep that sent it has ended
+            _forget()
             continue
         # Every check request is followed by one "go" from the parent once its own work for
         # the previous trial is done; timing waits for it, so the parent's database writes
@@ -565,12 +568,11 @@ class Worker:
                 and 0 < self.requests < RETIRE_AFTER)
 
     def idle(self) -> None:
-        """Let the child drop what the last sweep left in it, before it waits for the next."""
+        """Have the child drop what the last sweep left in it, before it waits for the next.
+        No reply is awaited (its collection takes 10-20 ms): the next request waits for it."""
         if self.alive() and not self.busy:
-            try:
-                self._call({"op": "forget"}, 30.0)  # not the sweep's: it may be a bad one
-            except _Dead:
-                pass
+            assert self.proc is not None
+            _send_to(self.proc, {"op": "forget"})
 
     def close(self) -> None:
         if not self.requests:

@@ -44,3 +44,11 @@ def soon(condition: Callable[[], bool], within: float = 5.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def rss_mb(pid: int) -> float:
+    """The resident memory of `pid`, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
