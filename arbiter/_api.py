@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -215,15 +216,35 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
     names = kw.get("lanes")
     try:
         lanes = _named(names)
-        if not regions or len(lanes) > kw.get("trials", DEFAULT_TRIALS):
-            return  # a budget smaller than the defaults: which ones it measures is the plan's
+        if not regions:
+            return
+        # a budget smaller than the defaults: which ones it measures is the plan's
         defaults = [(region, ln.name, ln.space(region).default)
                     for region in regions[:EARLY_REGIONS] for ln in lanes
-                    if ln.platform is Platform.CPU and ln.applies_to(region) is None]
-        worker.build_early(defaults)
+                    if ln.platform is Platform.CPU and ln.applies_to(region) is None
+                    ] if len(lanes) <= kw.get("trials", DEFAULT_TRIALS) else []
+        worker.build_early(defaults, cases=_first_cases(regions[0]))
         usable_lanes(names)  # the probes, cached for the sweep
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words
         return
+
+
+# Outputs up to this size have their inputs and references made during the sweep's start-up
+# (~35 ms for 512K elements on 2 cores). A larger region's take seconds and GBs, for nothing
+# when it turns out to be tuned already.
+EARLY_CASES_MAX = 1 << 22
+
+
+def _first_cases(region: Region) -> tuple[Region, list[int]] | None:
+    """The first region and the seeds its checks will use, for the worker to make their
+    inputs and references while this process starts up; None for a large region."""
+    from ._check import fresh_seeds
+
+    try:
+        small = math.prod(output_shape(region)) <= EARLY_CASES_MAX
+    except Exception:  # noqa: BLE001  not a region: the sweep says so
+        return None
+    return (region, fresh_seeds(2)) if small else None
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None) -> dict[str, Any]:

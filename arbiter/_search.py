@@ -21,7 +21,6 @@ from functools import partial
 from typing import Any, cast
 
 from ._asker import Asker, pool, unmeasured
-from ._check import fresh_seeds
 from ._plan import Plan
 from ._records import FINAL, Choice, Records, Result, ceiling_of, choose
 from ._studies import Studies
@@ -63,7 +62,8 @@ def tune_region(
 ) -> RegionTuning:
     out = RegionTuning(region, budget, reused=len(p.measured))
     # fresh inputs for every sweep, shared by its candidates so the oracle runs once per seed
-    seeds = fresh_seeds(2)
+    # (the first region's may have been made while the sweep started)
+    seeds = worker.seeds_for(region)
     enumerate_all = p.total is not None and p.total <= p.target
     studies = Studies(records.url, study_name(region, fingerprint, p), p, budget,
                       None if enumerate_all else (sampler, seed))

@@ -442,7 +442,10 @@ def _serve_requests(reply_fd: int) -> None:
             _build_early(req)
             # numpy and the oracle, while the compile runs (not before: the parent is waiting
             # for the first result, and the first compile needs neither)
-            from . import _check  # noqa: F401
+            from . import _check
+            if req.get("cases") is not None:
+                with contextlib.suppress(Exception):  # not a region: the check says so
+                    _check.cases(*req["cases"])
             continue
         if req["op"] == "forget":  # no reply either: the sweep that sent it has ended
             _forget()
@@ -495,6 +498,7 @@ class Worker:
         self.hinted = False  # told to build early: it may run compilers before any request
         self._early = False  # builds hinted since the last request: it waits for one
         self._chore: Callable[[], bool] | None = None  # parent work, a step per window
+        self._seeds: dict[Any, list[int]] = {}  # regions whose cases a hint named: their seeds
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -536,17 +540,29 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def build_early(self, candidates: Sequence[tuple[Any, str, Config]]) -> None:
+    def build_early(self, candidates: Sequence[tuple[Any, str, Config]],
+                    cases: tuple[Any, list[int]] | None = None) -> None:
         """Have the child compile these (region, lane, config) candidates now, in order, in
         the background (CPU lanes only), for the requests to come: a hint, with no reply. The
         next request stops them: no other compile starts; one in the region of the compile
-        under way waits for it before it checks anything, any other kills it."""
-        if self.busy or self._early or not candidates:
+        under way waits for it before it checks anything, any other kills it.
+
+        `cases`, a region and seeds: the child then makes their inputs and references, and
+        `seeds_for` hands those seeds to the region's sweep."""
+        if self.busy or self._early or not (candidates or cases):
             return  # (a hint not yet taken up by a request: a second one would stop its compile)
         self.hinted = True
         self._early = True
+        if cases is not None:
+            self._seeds[cases[0]] = list(cases[1])
         _send_to(self._start(), {"op": "early", "candidates": list(candidates),
-                                 "settings": _settings_now()})
+                                 "cases": cases, "settings": _settings_now()})
+
+    def seeds_for(self, region: Any) -> list[int]:
+        """The seeds of `region`'s cases named in a hint (once), else fresh ones."""
+        from ._check import fresh_seeds
+
+        return self._seeds.pop(region, None) or fresh_seeds(2)
 
     def between_trials(self, chore: Callable[[], bool] | None) -> None:
         """Parent work done a step at a time, one step in each check's window after its

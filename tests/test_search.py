@@ -244,6 +244,28 @@ def test_a_kept_worker_lets_go_of_the_sweeps_inputs_and_references(env):
     assert soon(lambda: rss_mb(pid) < 200, within=10)
 
 
+def test_the_first_regions_checks_use_the_seeds_its_cases_were_made_for_at_start_up(
+        env, monkeypatch):
+    from arbiter import _worker
+
+    named = []
+    build_early = _worker.Worker.build_early
+
+    def watched(self, candidates, cases=None):
+        if cases is not None:
+            named.append((cases[0], list(cases[1])))
+        return build_early(self, candidates, cases)
+
+    monkeypatch.setattr(_worker.Worker, "build_early", watched)
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=5)
+    [(region, seeds)] = named
+    assert region == REGION
+    logs = [log for (log,) in _rows(env, "select log from measurements where kind = 'sweep' "
+                                         "and status != 'invalid'")]  # those never run
+    assert len(logs) >= 2
+    assert all(f"seed {seeds[0]}:" in log and f"seed {seeds[1]}:" in log for log in logs)
+
+
 def test_a_worker_that_ran_a_gpu_lane_is_not_kept(env):
     arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=3)
     kept = _spare_pid()

@@ -9,7 +9,7 @@ import pytest
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
 from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
 from tests import fake_lanes
-from tests.procs import live, proc, soon
+from tests.procs import live, proc, rss_mb, soon
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
 # large enough that the worker compares its outputs while the next candidate builds
@@ -133,6 +133,25 @@ def test_the_candidate_expected_next_is_built_while_this_one_is_compared(tmp_pat
     assert b.built_ahead_s > 0  # its compile began before its request came
     # its compile time is recorded, although its request found it built or under way
     assert b.measurement.compile_seconds > 0
+
+
+def test_a_hint_naming_a_regions_seeds_has_the_child_make_its_cases_before_any_request():
+    # 4M elements: each seed's inputs, their timing copies, the float64 reference and the
+    # output buffer take ~110 MB
+    region = RowwiseRegion(2048, 2048, name="hinted", epilogue=("gelu",), residual=True)
+    with Worker(timeout=60) as w:
+        w.build_early([])  # no candidates, no cases: no hint
+        assert w.proc is None
+        w.build_early([], cases=(region, [11, 12]))
+        assert w.proc is not None
+        pid = w.proc.pid
+        assert soon(lambda: rss_mb(pid) > 200, within=30)
+        assert w.requests == 0
+        assert w.seeds_for(region) == [11, 12]
+        again = w.seeds_for(region)  # once: a later sweep draws its own
+        assert len(again) == 2 and again != [11, 12]
+        out = w.check("numpy", region, Config(), 1e-3, seeds=[11, 12], warmup=1, repeats=2)
+    assert out.measurement.status is Status.OK and "seed 11:" in out.measurement.log
 
 
 SLOW_BUILD = ("fake_slow_build", Config.of(block=4, unroll=2, fast=False))
