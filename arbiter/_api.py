@@ -218,20 +218,20 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
         lanes = _named(names)
         if not regions:
             return
-        # a budget smaller than the defaults: which ones it measures is the plan's
         defaults = [(region, ln.name, ln.space(region).default)
                     for region in regions[:EARLY_REGIONS] for ln in lanes
-                    if ln.platform is Platform.CPU and ln.applies_to(region) is None
-                    ] if len(lanes) <= kw.get("trials", DEFAULT_TRIALS) else []
+                    if ln.platform is Platform.CPU and ln.applies_to(region) is None]
+        if len(lanes) > kw.get("trials", DEFAULT_TRIALS):
+            defaults = []  # a budget below the defaults: which ones it measures is the plan's
         worker.build_early(defaults, cases=_first_cases(regions[0]))
         usable_lanes(names)  # the probes, cached for the sweep
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words
         return
 
 
-# Outputs up to this size have their inputs and references made during the sweep's start-up
-# (~35 ms for 512K elements on 2 cores). A larger region's take seconds and GBs, for nothing
-# when it turns out to be tuned already.
+# Regions up to this many input and output elements have their inputs and references made
+# during the sweep's start-up (~35 ms for 1.5M on 2 cores). A larger region's take seconds
+# and GBs, for nothing when it turns out to be tuned already.
 EARLY_CASES_MAX = 1 << 22
 
 
@@ -241,9 +241,10 @@ def _first_cases(region: Region) -> tuple[Region, list[int]] | None:
     from ._check import fresh_seeds
 
     try:
-        small = math.prod(output_shape(region)) <= EARLY_CASES_MAX
+        shapes = [*input_shapes(region).values(), output_shape(region)]
     except Exception:  # noqa: BLE001  not a region: the sweep says so
         return None
+    small = sum(math.prod(s) for s in shapes) <= EARLY_CASES_MAX
     return (region, fresh_seeds(2)) if small else None
 
 

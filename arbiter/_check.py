@@ -63,8 +63,9 @@ KEEP_CASES = 2
 
 
 def cases(region: Region, seeds: list[int]) -> list[Case]:
-    """Each seed's Case, made on first use (side by side: drawing the inputs takes most of
-    the time, and numpy's generators let go of the GIL)."""
+    """Each seed's Case, made on first use. Seeds' cases are made side by side: their inputs
+    are drawn at once (numpy's generators let go of the GIL; most of a rowwise region's
+    time), while their references take turns (`reference` holds a lock)."""
     new = [s for s in dict.fromkeys(seeds) if (region, s) not in _CASES]
     for seed, case in zip(new, side_by_side(lambda s: _case(region, s), new)):
         _CASES[(region, seed)] = case

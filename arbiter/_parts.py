@@ -57,7 +57,8 @@ def in_parts(n: int, work: Callable[[int, int], T], align: int = 1,
 
 def side_by_side(work: Callable[[A], T], items: Sequence[A]) -> list[T]:
     """`work(item)` for each item, in order: on threads when more than one core is free (one
-    per item, `MAX_THREADS` at most), else one after another in this thread."""
+    per item, `MAX_THREADS` at most), else one after another in this thread. `work` must not
+    wait on this module's pool itself (`in_parts` in parts): its tasks could wait for ever."""
     threads = min(len(items), MAX_THREADS, cores_but_one())
     if threads <= 1:
         return [work(x) for x in items]

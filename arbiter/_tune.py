@@ -133,8 +133,11 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
     bar = _bar(sum(p.needed for *_, p in plans), shown)
     rows = []
     # what exists before the sweep (modules, the caller's objects) is left out of the
-    # collector's full passes while it runs: one took 45 ms of a 40-trial sweep
-    gc.freeze()
+    # collector's full passes while it runs: one took 45 ms of a 40-trial sweep (a freeze
+    # the caller made, or another sweep's, is left as it is)
+    frozen = gc.get_freeze_count() == 0
+    if frozen:
+        gc.freeze()
     try:
         for i in range(len(todo)):
             while len(plans) <= i:
@@ -157,7 +160,8 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
                             refinal=refinal, on_trial=tick)
             rows.append(_tuned_row(region, b, t, records, region_id, env_id))
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
         worker.between_trials(None)
         bar.close()
     return rows

@@ -16,7 +16,9 @@ search its own: they compile, one after another, while the parent imports and op
 records (or the region's first request makes its references), until a request comes; one in
 the region of the compile under way waits for it, any other stops it. A build not wanted
 after all is stopped, compiler included, before anything else runs; none outlives the
-child.
+child. The first hint may also name the first region and its seeds: the child then makes
+their inputs and references too, while the parent starts up. At a sweep's end the child is
+told (no reply awaited) to drop what the sweep left in it.
 """
 
 from __future__ import annotations
@@ -444,10 +446,13 @@ def _serve_requests(reply_fd: int) -> None:
             # for the first result, and the first compile needs neither)
             from . import _check
             if req.get("cases") is not None:
-                with contextlib.suppress(Exception):  # not a region: the check says so
+                try:
                     _check.cases(*req["cases"])
+                except Exception:  # noqa: BLE001  not a region: its check says so
+                    pass
             continue
         if req["op"] == "forget":  # no reply either: the sweep that sent it has ended
+            _take_ahead()  # builds it hinted and never asked for
             _forget()
             continue
         # Every check request is followed by one "go" from the parent once its own work for
@@ -552,7 +557,7 @@ class Worker:
         if self.busy or self._early or not (candidates or cases):
             return  # (a hint not yet taken up by a request: a second one would stop its compile)
         self.hinted = True
-        self._early = True
+        self._early = bool(candidates)  # (cases alone: a later hint may name compiles)
         if cases is not None:
             self._seeds[cases[0]] = list(cases[1])
         _send_to(self._start(), {"op": "early", "candidates": list(candidates),
@@ -586,6 +591,8 @@ class Worker:
     def idle(self) -> None:
         """Have the child drop what the last sweep left in it, before it waits for the next.
         No reply is awaited (its collection takes 10-20 ms): the next request waits for it."""
+        self._early = False
+        self._seeds.clear()  # a region the sweep never reached: the next sweep draws its own
         if self.alive() and not self.busy:
             assert self.proc is not None
             _send_to(self.proc, {"op": "forget"})

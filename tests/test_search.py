@@ -266,6 +266,20 @@ def test_the_first_regions_checks_use_the_seeds_its_cases_were_made_for_at_start
     assert all(f"seed {seeds[0]}:" in log and f"seed {seeds[1]}:" in log for log in logs)
 
 
+def test_a_sweep_with_nothing_to_measure_leaves_the_kept_worker_ready_for_the_next_hint(
+        env, tmp_path):
+    from arbiter import _worker
+
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=6)
+    # tuned already: the start-up hint is sent, no request follows
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=6)
+    kept = _worker._SPARE[0][1]
+    assert not kept._early and not kept._seeds  # the next sweep may hint, and draws its seeds
+    [row] = arbiter.tune(REGION, db=f"sqlite:///{tmp_path / 'next.db'}", trials=3,
+                         lanes=["fake_tiny"], seed=6)
+    assert row["status"] in ("ok", "tie") and _worker._SPARE[0][1] is kept
+
+
 def test_a_worker_that_ran_a_gpu_lane_is_not_kept(env):
     arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=3)
     kept = _spare_pid()
