@@ -218,11 +218,11 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
         lanes = _named(names)
         if not regions:
             return
-        defaults = [(region, ln.name, ln.space(region).default)
-                    for region in regions[:EARLY_REGIONS] for ln in lanes
-                    if ln.platform is Platform.CPU and ln.applies_to(region) is None]
-        if len(lanes) > kw.get("trials", DEFAULT_TRIALS):
-            defaults = []  # a budget below the defaults: which ones it measures is the plan's
+        defaults = []  # a budget below the defaults: which ones it measures is the plan's
+        if len(lanes) <= kw.get("trials", DEFAULT_TRIALS):
+            defaults = [(region, ln.name, ln.space(region).default)
+                        for region in regions[:EARLY_REGIONS] for ln in lanes
+                        if ln.platform is Platform.CPU and ln.applies_to(region) is None]
         worker.build_early(defaults, cases=_first_cases(regions[0]))
         usable_lanes(names)  # the probes, cached for the sweep
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words

@@ -302,15 +302,22 @@ def _cases_beside_build(req: dict[str, Any]) -> list[int]:
     seeds' inputs and references are made first, while that compiler runs (no other build
     starts once a request came): a region's first check, the one that makes them, then
     overlaps the compile instead of following it."""
-    from ._check import cases, fresh_seeds
+    from ._check import fresh_seeds
 
     seeds = list(req["seeds"]) if req.get("seeds") is not None else fresh_seeds(2)
     if _AHEAD and _AHEAD[0].waits_for(req["lane"], req["region"], req["config"]):
-        try:
-            cases(req["region"], seeds)
-        except Exception:  # noqa: BLE001  not a region the oracle takes: the check says so
-            pass
+        _make_cases(req["region"], seeds)
     return seeds
+
+
+def _make_cases(region: Any, seeds: list[int]) -> None:
+    """The seeds' inputs and references, made ahead of the checks that use them."""
+    from ._check import cases
+
+    try:
+        cases(region, seeds)
+    except Exception:  # noqa: BLE001  not a region the oracle takes: the check says so
+        pass
 
 
 def _check(req: dict[str, Any]) -> Outcome:
@@ -444,12 +451,9 @@ def _serve_requests(reply_fd: int) -> None:
             _build_early(req)
             # numpy and the oracle, while the compile runs (not before: the parent is waiting
             # for the first result, and the first compile needs neither)
-            from . import _check
+            from . import _check  # noqa: F401
             if req.get("cases") is not None:
-                try:
-                    _check.cases(*req["cases"])
-                except Exception:  # noqa: BLE001  not a region: its check says so
-                    pass
+                _make_cases(*req["cases"])
             continue
         if req["op"] == "forget":  # no reply either: the sweep that sent it has ended
             _take_ahead()  # builds it hinted and never asked for
