@@ -54,6 +54,17 @@ def unmeasured(p: Plan, pool: list[tuple[str, Config]], rng: random.Random,
     return None
 
 
+def _tell(study: Any, trial: Any, value: float | None = None, state: Any = None) -> None:
+    """`study.tell` without the deep copy of the trial it returns (~0.1 ms a tell, two tells
+    a candidate; nothing here reads it), where Optuna has the function it calls."""
+    try:
+        from optuna.study._tell import _tell_with_warning
+    except ImportError:
+        study.tell(trial, value, state)
+        return
+    _tell_with_warning(study, trial, value_or_values=value, state=state)
+
+
 def _suggest(trial: Any, p: Plan) -> tuple[str, Config]:
     lane = trial.suggest_categorical("lane", sorted(p.lanes))
     values = {t.name: trial.suggest_categorical(f"{lane}.{t.name}", t.choices)
@@ -127,7 +138,7 @@ class Asker:
     def _tell(self, trial: Any, r: Result) -> tuple[float, dict[str, Any]]:
         value, attrs = objective(r, self.budget)
         trial.set_user_attr(ATTR, attrs)
-        self.study.tell(trial, value)
+        _tell(self.study, trial, value)
         return value, attrs
 
     def _record(self, trial: Any, r: Result) -> None:
@@ -154,7 +165,7 @@ class Asker:
                 and self._among_best(r.median if r.fits(self.budget) else None)):
             from optuna.trial import TrialState
 
-            self.study.tell(self._ahead[0][0], state=TrialState.FAIL)
+            _tell(self.study, self._ahead[0][0], state=TrialState.FAIL)
             self._ahead = []
 
     def stands(self, m: Measurement) -> bool:

@@ -43,6 +43,19 @@ def categorical_tpe() -> Any:
             self._scores: dict[int, tuple[float, Any]] = {}  # finished: (infeasibility, value)
             # finished: (number, the group's names) -> each one's index among its choices
             self._codes: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+            # the split of the ask under way, shared by its groups (None: not in an ask)
+            self._ask_split: list[tuple[list[Any], list[Any]]] | None = None
+            # a group's names -> (the good trials' numbers, their estimator): finished
+            # trials never change, so neither does the estimator of the same ones
+            self._good: dict[tuple[str, ...], tuple[tuple[int, ...], Any]] = {}
+
+        def sample_relative(self, study: Any, trial: Any, space: dict[str, Any]) -> Any:
+            # every group is sampled in this one call: the study cannot change meanwhile
+            self._ask_split = []
+            try:
+                return super().sample_relative(study, trial, space)
+            finally:
+                self._ask_split = None
 
         def _sample(self, study: Any, trial: Any, space: dict[str, Any]) -> dict[str, Any]:
             if (self.fast and len(study.directions) <= 1
@@ -55,9 +68,15 @@ def categorical_tpe() -> Any:
             return super()._sample(study, trial, space)
 
         def _categorical(self, study: Any, trial: Any, space: dict[str, Any]) -> dict[str, Any]:
-            below, above = self._split(study, trial)
+            if self._ask_split:
+                below, above = self._ask_split[0]
+            else:
+                below, above = self._split(study, trial)
+                if self._ask_split is not None:
+                    self._ask_split.append((below, above))
             names = list(space)
-            good, bad = self._estimator(study, below, space), self._estimator(study, above, space)
+            good, bad = self._good_estimator(study, below, space), self._estimator(
+                study, above, space)
             rng, size = self._rng.rng, self._n_ei_candidates
             weights, dists = good
             active = rng.choice(len(weights), p=weights, size=size)
@@ -116,6 +135,16 @@ def categorical_tpe() -> Any:
             below += [t for t, _ in infeasible[:k]]
             above += [t for t, _ in infeasible[k:]] + live
             return sorted(below, key=_number), sorted(above, key=_number)
+
+        def _good_estimator(self, study: Any, below: list[Any],
+                            space: dict[str, Any]) -> tuple[np.ndarray, list[np.ndarray]]:
+            """The good trials' estimator, kept while they stay the same (no running trial
+            is ever among them)."""
+            names, numbers = tuple(space), tuple(t.number for t in below)
+            kept = self._good.get(names)
+            if kept is None or kept[0] != numbers:
+                kept = self._good[names] = (numbers, self._estimator(study, below, space))
+            return kept[1]
 
         def _estimator(self, study: Any, trials: list[Any],
                        space: dict[str, Any]) -> tuple[np.ndarray, list[np.ndarray]]:
