@@ -8,9 +8,10 @@ with a warm build cache that was more than the worker's check could hide.
 
 Here the same rows go in through Optuna's own tables (so the installed version's column types
 and datetime convention apply) as Core statements, every pending trial in one transaction:
-the study's row locked first, as Optuna does (several workers on PostgreSQL), each trial's row
-inserted and then numbered by the trials before it, then its parameters, value and attributes,
-one statement per table for the whole batch. The distributions need no check: a study's name
+the study's row locked first, as Optuna does (several workers on PostgreSQL), the trials' rows
+inserted and numbered by the trials before them, then their parameters, values and attributes:
+one statement per table for the whole batch (per trial where the database cannot return the
+ids of a multi-row insert). The distributions need no check: a study's name
 carries a hash of its lanes' spaces, so they never change within it. Tables that do not fit
 (another Optuna's) turn the fast path off for the rest of the run; a database error sends that
 batch through `add_trial`, which raises if the database itself is failing. A test holds both
@@ -82,14 +83,8 @@ class TrialWriter:
         with self.storage.engine.begin() as conn:
             if conn.execute(tb.lock, sid).first() is None:
                 raise KeyError(f"study {self.study_id} is gone")
-            for t in trials:
-                tid = conn.execute(tb.trial.insert(), {
-                    "number": None, "study_id": self.study_id, "state": t.state,
-                    "datetime_start": t.datetime_start,
-                    "datetime_complete": t.datetime_complete}).inserted_primary_key[0]
-                # Optuna's numbering: the study's trials inserted before this one
-                number = conn.execute(tb.count, {**sid, "tid": tid}).scalar_one()
-                conn.execute(tb.number, {"tid": tid, "n": number})
+            ids = self._trial_rows(conn, trials)
+            for tid, t in zip(ids, trials):
                 params += [{"trial_id": tid, "param_name": name,
                             "param_value": t.distributions[name].to_internal_repr(value),
                             "distribution_json": distribution_to_json(t.distributions[name])}
@@ -106,6 +101,27 @@ class TrialWriter:
                                 (tb.system, system)):
                 if rows:
                     conn.execute(table.insert(), rows)
+
+    def _trial_rows(self, conn: Any, trials: Sequence[Any]) -> list[int]:
+        """Insert the trials' rows, numbered as Optuna numbers them (the study's trials
+        inserted before each); their ids, in order. One statement for all of them where the
+        database returns the ids of a multi-row insert in order, else one each."""
+        tb = self._tables
+        assert tb is not None
+        rows = [{"number": None, "study_id": self.study_id, "state": t.state,
+                 "datetime_start": t.datetime_start, "datetime_complete": t.datetime_complete}
+                for t in trials]
+        if len(rows) > 1 and getattr(conn.dialect,
+                                     "insert_executemany_returning_sort_by_parameter_order", False):
+            ids = list(conn.execute(tb.trial.insert().returning(
+                tb.trial.c.trial_id, sort_by_parameter_order=True), rows).scalars())
+        else:
+            ids = [conn.execute(tb.trial.insert(), row).inserted_primary_key[0] for row in rows]
+        # the study's row is locked (and on SQLite the first insert took the write lock): no
+        # other trial of this study comes between these
+        first = conn.execute(tb.count, {"sid": self.study_id, "tid": ids[0]}).scalar_one()
+        conn.execute(tb.number, [{"tid": tid, "n": first + i} for i, tid in enumerate(ids)])
+        return ids
 
 
 class _Tables:
