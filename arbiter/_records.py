@@ -8,6 +8,7 @@ different budget at query time needs no new measurement.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -96,9 +97,28 @@ def choose(results: list[Result], budget: float) -> Choice | None:
 
 
 # built once: building a statement with its values costs more than running it
+_CANDIDATE_KEYS = ("region_id", "environment_id", "lane_id", "config_key")
 _FIND_CANDIDATE = select(CandidateModel.id).where(
-    *(getattr(CandidateModel, k) == bindparam(k)
-      for k in ("region_id", "environment_id", "lane_id", "config_key")))
+    *(getattr(CandidateModel, k) == bindparam(k) for k in _CANDIDATE_KEYS))
+
+
+_ADD_MEASUREMENT = insert(MeasurementModel)
+
+
+@functools.cache
+def _add_candidate(dialect: str, returning: bool) -> Any:
+    """The candidate's insert, returning its id, or nothing when the row is there already;
+    None where the database has no such statement (the candidate is looked up first)."""
+    if not returning:  # SQLite before 3.35
+        return None
+    if dialect == "sqlite":
+        from sqlalchemy.dialects import sqlite as kind
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql as kind  # type: ignore[no-redef]
+    else:
+        return None
+    return kind.insert(CandidateModel).on_conflict_do_nothing(
+        index_elements=list(_CANDIDATE_KEYS)).returning(CandidateModel.id)
 
 
 def _result(c: CandidateModel, m: MeasurementModel) -> Result:
@@ -152,13 +172,19 @@ class Records:
 
         def write() -> tuple[int, str]:
             with connection_scope(self.url) as conn:
-                candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
+                add = _add_candidate(conn.dialect.name, conn.dialect.insert_returning)
+                candidate_id = None
+                if add is not None:  # a new candidate, as most are: one statement
+                    candidate_id = conn.execute(add, {**ident, "config": config.to_json()}
+                                                ).scalar()
+                if candidate_id is None:
+                    candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
                 if candidate_id is None:
                     key = conn.execute(insert(CandidateModel), {
                         **ident, "config": config.to_json()}).inserted_primary_key
                     assert key is not None
                     candidate_id = key[0]
-                conn.execute(insert(MeasurementModel), {**row, "candidate_id": candidate_id})
+                conn.execute(_ADD_MEASUREMENT, {**row, "candidate_id": candidate_id})
                 lane = self._lane_names.get(lane_id)
                 if lane is None:
                     lane = self._lane_names[lane_id] = conn.execute(

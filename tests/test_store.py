@@ -250,3 +250,31 @@ def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, mo
     records.save_winner(rid, eid, 1e-3, choose(results, 1e-3))
     assert len(calls) == 2  # the insert met the row, and the second try found it
     assert records.winner(rid, eid, 1e-3)["candidate_id"] == results[1].candidate_id
+
+
+@pytest.mark.parametrize("returning", [True, False])
+def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
+        tmp_path, monkeypatch, returning):
+    # a candidate first measured by another kind (a finalist's re-timing, a winner's check)
+    # is found, not inserted twice; with an insert that can say "there already" and without
+    from arbiter import Config, Measurement, Status
+    from arbiter._fingerprint import Fingerprint
+    from arbiter._registry import get_lane
+    from arbiter._store import MeasurementModel
+    from arbiter._store.models import FINAL
+    from arbiter._store.session import engine_for
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    records = Records(url)
+    monkeypatch.setattr(engine_for(url).dialect, "insert_returning", returning)
+    region = FusedRegion(2, 2, 2, name="r")
+    rid, eid, lanes = records.ids(region, Fingerprint({"cpu": "here"}), [get_lane("numpy")])
+    m = Measurement(Status.OK, 1e-7, 1e-7, (1e-3, 2e-3), "host", 0.0)
+    first = records.record(rid, eid, lanes["numpy"], Config.of(k=1), m, 1e-3, kind=FINAL)
+    again = records.record(rid, eid, lanes["numpy"], Config.of(k=1), m, 1e-3)
+    other = records.record(rid, eid, lanes["numpy"], Config.of(k=2), m, 1e-3)
+    assert again.candidate_id == first.candidate_id != other.candidate_id
+    with session_scope(url) as s:
+        assert s.query(CandidateModel).count() == 2
+        assert s.query(MeasurementModel).filter_by(candidate_id=first.candidate_id).count() == 2
+    assert [r.config for r in records.results(rid, eid)] == [Config.of(k=1), Config.of(k=2)]
