@@ -51,6 +51,13 @@ LOG_TAIL = 4000
 _SETTINGS = "ARBITER_"
 # a worker this old is not kept for another sweep: the x86 lane's libraries stay mapped in it
 RETIRE_AFTER = 2000
+# How long an OpenMP kernel's threads (libgomp) spin once a run ends, before they sleep. The
+# default, 300,000 spins, is 10-20 ms: in a sweep that is every gap between runs, so a kernel
+# of N threads kept N cores busy while the worker compared outputs and the parent asked and
+# recorded. 10,000 spins (~0.5 ms) still outlast the microseconds between the runs of a timing
+# (the per-config medians of a sweep were unchanged, BENCHMARKS.md). A user's own setting
+# (either variable) stands.
+OPENMP_IDLE = {"GOMP_SPINCOUNT": "10000"}
 
 
 @dataclass(frozen=True)
@@ -487,6 +494,12 @@ def _send_to(proc: subprocess.Popen[bytes], obj: Any) -> None:
         pass  # it died before reading; the read that follows reports how
 
 
+def _child_env() -> dict[str, str]:
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return dict(os.environ)
+    return {**os.environ, **OPENMP_IDLE}
+
+
 class _Dead(Exception):
     def __init__(self, status: Status, log: str) -> None:
         super().__init__(log)
@@ -527,7 +540,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "arbiter._worker", *(["--hint-first"] * hint_first)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                close_fds=True)
+                close_fds=True, env=_child_env())
             self.starts += 1
         return self.proc
 

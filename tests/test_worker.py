@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -337,3 +338,53 @@ def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
         out = w.check("x86_c", BIG, second, 1e-3, warmup=1, repeats=3)
     assert out.measurement.status is Status.OK and out.built_ahead_s == 0
     assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of `pid` so far, in ns (the scheduler's own count)."""
+    from pathlib import Path
+
+    return sum(int((t / "schedstat").read_text().split()[0])
+               for t in Path(f"/proc/{pid}/task").iterdir())
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: an OpenMP kernel runs alone")
+def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
+    # libgomp's default keeps a team's threads spinning 10-20 ms after each run: a core each,
+    # taken from the worker's comparisons and the parent's own work between runs
+    from arbiter._registry import get_lane
+
+    lane = get_lane("x86_c")
+    default = lane.space(BIG).default  # every core's thread
+    assert dict(default.items)["threads"] == os.cpu_count()
+    with Worker(timeout=120) as w:
+        w.check("x86_c", BIG, default, 1e-3, warmup=1, repeats=3)  # compiled, imports done
+        out = w.check("x86_c", BIG, default, 1e-3, warmup=1, repeats=20)
+        assert w.proc is not None
+        pid = w.proc.pid
+        start = _cpu_ns(pid)
+        time.sleep(0.1)
+        spent_ms = (_cpu_ns(pid) - start) / 1e6
+    assert out.measurement.status is Status.OK
+    assert spent_ms < 2, f"the worker's threads ran {spent_ms:.1f} ms while it waited"
+
+
+def test_the_users_own_openmp_wait_settings_reach_the_worker(monkeypatch):
+    from pathlib import Path
+
+    def child_env() -> dict[str, str]:
+        with Worker(timeout=60) as w:
+            w.check("numpy", REGION, Config(), 1e-3)
+            assert w.proc is not None
+            raw = Path(f"/proc/{w.proc.pid}/environ").read_bytes()
+        return dict(kv.split("=", 1) for kv in raw.decode().split("\0") if "=" in kv)
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert child_env()["GOMP_SPINCOUNT"] == "10000"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    env = child_env()
+    assert env["OMP_WAIT_POLICY"] == "active" and "GOMP_SPINCOUNT" not in env
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "123")
+    assert child_env()["GOMP_SPINCOUNT"] == "123"
