@@ -16,7 +16,7 @@ from typing import Any, cast
 from ._plan import Plan
 from ._records import Result
 from ._samplers import ATTR
-from ._studies import objective, params
+from ._studies import objective, params, scored
 from ._values import Config, Measurement, Status
 
 __all__ = ["DUPES_BEFORE_ENUM", "Asker", "pool", "unmeasured"]
@@ -158,23 +158,49 @@ class Asker:
         if r.status is Status.INVALID:  # refused configs teach the sampler little
             self.dupes += 1
         self._record(trial, r)
+        told = [trial, *self.waiting]
         for t in self.waiting:
             self._tell(t, r)
         self.waiting.clear()
-        if (self._ahead and self._ahead[0] is not None
-                and self._among_best(r.median if r.fits(self.budget) else None)):
-            from optuna.trial import TrialState
+        if self._ahead and self._ahead[0] is not None:
+            good = self._good({t.number for t in told})
+            if good is None:
+                good = self._among_best(r.median if r.fits(self.budget) else None)
+            if good:
+                from optuna.trial import TrialState
 
-            _tell(self.study, self._ahead[0][0], state=TrialState.FAIL)
-            self._ahead = []
+                _tell(self.study, self._ahead[0][0], state=TrialState.FAIL)
+                self._ahead = []
 
-    def stands(self, m: Measurement) -> bool:
-        """Will the proposal asked ahead of `m` (measured, not recorded yet) stand, so that
-        `m` can be recorded and told later? Not when there is none, nor when `told` would
-        drop it."""
-        fits = m.status is Status.OK and m.median is not None
-        return bool(self._ahead) and not self._among_best(m.median if fits else None,
-                                                          recorded=False)
+    def stands(self, trial: Any, m: Measurement) -> bool:
+        """Will the proposal asked ahead of `m` (`trial`'s result, not recorded yet) stand,
+        so that `m` can be recorded and told later? Not when there is none, nor when `told`
+        would drop it."""
+        if not self._ahead:
+            return False
+        value, constraint = scored(m.median, m.rel_error, self.budget)
+        score = (max(0.0, constraint), value)
+        told = {t.number: score for t in (trial, *self.waiting)}
+        good = self._good(set(told), told)
+        if good is None:
+            fits = m.status is Status.OK and m.median is not None
+            good = self._among_best(m.median if fits else None, recorded=False)
+        return not good
+
+    def _good(self, told: set[int],
+              assume: dict[int, tuple[float, float]] | None = None) -> bool | None:
+        """Is one of the `told` trials among those the sampler now takes as good (those in
+        `assume` taken as finished so)? Then the proposal asked ahead without it is not the
+        one it would make: TPE draws from the good trials' mixture. None when the sampler
+        cannot say: not the default, or still drawing at random (where a proposal dropped
+        on the rule of thumb, and asked again after telling a repeat or two, ended the
+        random start sooner: 0.4 fewer trials to a good config over 1400 seeds)."""
+        ahead = self._ahead[0] if self._ahead else None
+        good_now = getattr(self.study.sampler, "good_now", None)
+        if ahead is None or good_now is None:
+            return None
+        good = good_now(self.study, ahead[0], assume)
+        return None if good is None else not good.isdisjoint(told)
 
     def _among_best(self, median: float | None, recorded: bool = True) -> bool:
         """In TPE's "good" group: the best tenth of the timed results within budget (None: a

@@ -28,7 +28,8 @@ from ._study_rows import TrialWriter
 from ._study_storage import opened_before, storage_for
 from ._values import Config
 
-__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params"]
+__all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params",
+           "scored"]
 
 FLUSH_EVERY = 8  # pending trials written to the database study in one transaction
 FLUSH_AFTER_S = 2.0  # ... or fewer, this long after the last write
@@ -46,12 +47,21 @@ def params(lane: str, config: Config) -> dict[str, Any]:
     return {"lane": lane, **{f"{lane}.{k}": v for k, v in config.items}}
 
 
+def scored(median: float | None, rel_error: float | None,
+           budget: float) -> tuple[float, float]:
+    """A result's trial value (median ms, inf when untimed) and accuracy constraint
+    (`rel_error - budget`, 1 without a finite error)."""
+    err = rel_error if rel_error is not None and math.isfinite(rel_error) else None
+    return (median * 1e3 if median is not None else math.inf,
+            (err - budget) if err is not None else 1.0)
+
+
 def objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
-    """The trial value (median ms, inf when untimed) and user attrs, constraint included."""
+    """The trial value and user attrs, constraint included."""
+    value, constraint = scored(r.median, r.rel_error, budget)
     err = r.rel_error if r.rel_error is not None and math.isfinite(r.rel_error) else None
     attrs = {"candidate": r.candidate_id, "status": r.status.value, "rel_error": err,
-             "constraint": (err - budget) if err is not None else 1.0}
-    value = r.median * 1e3 if r.median is not None else math.inf
+             "constraint": constraint}
     return value, attrs
 
 
@@ -131,6 +141,11 @@ class Studies:
                     study.add_trial(t)
             self._memory = study
         return self._memory
+
+    def flush_and_ready(self) -> None:
+        """`flush`, and the sampler's study made (a worker window hides it)."""
+        self.flush()
+        self.memory()
 
     def recorded(self, r: Result) -> None:
         """A result measured without the sampler asking (defaults, enumeration)."""

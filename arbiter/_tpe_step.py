@@ -57,6 +57,19 @@ def categorical_tpe() -> Any:
             finally:
                 self._ask_split = None
 
+        def good_now(self, study: Any, trial: Any,
+                     assume: dict[int, tuple[float, float]] | None = None,
+                     ) -> set[int] | None:
+            """The numbers of the trials a proposal for `trial` would now take as the good
+            ones; with `assume`, as if these running trials had finished with these
+            (infeasibility, value). None: too few have finished, it would be drawn at
+            random."""
+            finished = len(study._get_trials(deepcopy=False, states=(complete, TrialState.PRUNED),
+                                             use_cache=False))
+            if finished + len(assume or {}) < self._n_startup_trials:
+                return None
+            return {t.number for t in self._split(study, trial, assume)[0]}
+
         def _sample(self, study: Any, trial: Any, space: dict[str, Any]) -> dict[str, Any]:
             if (self.fast and len(study.directions) <= 1
                     and all(isinstance(d, CategoricalDistribution) for d in space.values())):
@@ -90,10 +103,13 @@ def categorical_tpe() -> Any:
             return {name: space[name].to_external_repr(samples[best, i].item())
                     for i, name in enumerate(names)}
 
-        def _split(self, study: Any, trial: Any) -> tuple[list[Any], list[Any]]:
+        def _split(self, study: Any, trial: Any,
+                   assume: dict[int, tuple[float, float]] | None = None,
+                   ) -> tuple[list[Any], list[Any]]:
             """`tpe._split_trials`: the good trials (best values, then the least pruned,
             then the least infeasible) and the rest, running ones (the constant liar) among
-            the rest."""
+            the rest (those in `assume`: as if finished, see `good_now`)."""
+            assume = assume or {}
             states = (complete, TrialState.PRUNED, *((running,) if self._constant_liar else ()))
             trials = study._get_trials(deepcopy=False, states=states,
                                        use_cache=not self._constant_liar)
@@ -101,21 +117,24 @@ def categorical_tpe() -> Any:
                 trials = [t for t in trials if t.number != trial.number]
             if self._gamma is None:
                 self._gamma = tpe.default_gamma
-            n_below = self._gamma(sum(t.state != running for t in trials))
+            n_below = self._gamma(sum(t.state != running or t.number in assume
+                                      for t in trials))
             live: list[Any] = []
             feasible: list[tuple[Any, Any]] = []
             pruned: list[Any] = []
             infeasible: list[tuple[Any, float]] = []
             for t in trials:
-                if t.state == running:
+                seen = assume.get(t.number)
+                if t.state == running and seen is None:
                     live.append(t)
                     continue
-                seen = self._scores.get(t.number)
+                if seen is None:
+                    seen = self._scores.get(t.number)
                 if seen is None:
                     seen = self._scores[t.number] = (tpe._get_infeasible_trial_score(t), t.value)
                 if seen[0] > 0:
                     infeasible.append((t, seen[0]))
-                elif t.state == complete:
+                elif t.state == complete or t.number in assume:
                     feasible.append((t, seen[1]))
                 else:
                     pruned.append(t)
@@ -188,6 +207,7 @@ def categorical_tpe() -> Any:
 
 def _number(t: Any) -> int:
     return int(t.number)
+
 
 
 def _log_pdf(mixture: tuple[np.ndarray, list[np.ndarray]], x: np.ndarray) -> np.ndarray:
