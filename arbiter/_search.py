@@ -136,9 +136,12 @@ def tune_region(
             # the CPU lanes' compile while the first request makes the region's references
             worker.build_early([(region, name, default) for name, default in defaults[:left()]
                                 if p.lanes[name].platform is Platform.CPU])
-            for name, default in defaults:
+            for i, (name, default) in enumerate(defaults):
                 if left() > 0:
-                    measure(name, default, studies.recorded)
+                    # the sampler's study is made while the last default is checked
+                    last = not enumerate_all and i == len(defaults) - 1
+                    measure(name, default, studies.recorded,
+                            studies.flush_and_ready if last else studies.flush)
             rng = random.Random(seed)
             candidates = pool(p, rng)
             while enumerate_all and left() > 0:
@@ -166,7 +169,7 @@ def tune_region(
                         return asker.ask_ahead(busy)
 
                     m = measure(lane, cfg, partial(asker.told, trial), meanwhile)
-                    if not asker.stands(m):
+                    if not asker.stands(trial, m):
                         settle()  # the next proposal must know this result
                     nxt = asker.next()
             settle()
