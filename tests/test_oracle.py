@@ -305,3 +305,19 @@ def test_random_inputs_are_seeded_nonzero_float32():
         assert a[k].dtype == np.float32 and np.array_equal(a[k], b[k]) and np.any(a[k] != 0)
     assert not np.array_equal(a["A"], random_inputs(r, 8)["A"])
     assert 0.05 < float(np.std(a["B"])) < 0.25  # scaled by 1/sqrt(K)
+
+
+def test_random_inputs_are_standard_normal():
+    # drawn by Box-Muller from float32 uniforms: the moments and the share within 1, 2 and 3
+    # standard deviations of a large draw are the normal distribution's
+    import math
+
+    from arbiter._inputs import standard_normal
+
+    x = standard_normal(np.random.default_rng(11), (1 << 21,)).astype(np.float64)
+    assert abs(x.mean()) < 3e-3 and abs(x.std() - 1) < 3e-3
+    assert abs(np.mean(x ** 3)) < 1e-2 and abs(np.mean(x ** 4) - 3) < 3e-2
+    for k in (1, 2, 3):
+        assert abs(np.mean(np.abs(x) < k) - math.erf(k / math.sqrt(2))) < 2e-3
+    odd = standard_normal(np.random.default_rng(11), (3, 5))
+    assert odd.shape == (3, 5) and odd.dtype == np.float32 and np.all(np.isfinite(odd))
