@@ -78,3 +78,38 @@ def test_an_interrupted_tool_is_killed_with_its_children(monkeypatch):
     [pid] = started
     # the whole group is gone: nothing in it (the shell, its sleep) is left running
     assert soon(lambda: not [p for p in live() if p.group == pid])
+
+
+def test_a_candidate_built_before_in_this_process_is_not_emitted_again(tmp_path, monkeypatch):
+    # a build cache hit needs only its file: the source is not generated and hashed again,
+    # unless the file is gone or the settings (another cache) changed
+    from pathlib import Path
+
+    from arbiter import Config, RowwiseRegion
+    from arbiter._lane import build_candidate
+    from arbiter._registry import get_lane
+
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "a"))
+    lane = get_lane("x86_c")
+    region = RowwiseRegion(8, 64, name="memo", epilogue=("gelu",))
+    config = lane.space(region).default
+    emitted = []
+    real = type(lane).emit
+
+    def counted(self, r, c):
+        emitted.append(c.key)
+        return real(self, r, c)
+
+    monkeypatch.setattr(type(lane), "emit", counted)
+    first = build_candidate(lane, region, config)
+    again = build_candidate(lane, region, config)
+    assert len(emitted) == 1 and again.cached and again.path == first.path
+    assert again.compile_seconds == 0.0 and not again.log
+    Path(first.path).unlink()  # the cache was cleared: built anew
+    rebuilt = build_candidate(lane, region, config)
+    assert len(emitted) == 2 and not rebuilt.cached and Path(rebuilt.path).exists()
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "b"))  # another cache
+    other = build_candidate(lane, region, config)
+    assert len(emitted) == 3 and str(tmp_path / "b") in other.path
+    refused = build_candidate(lane, region, Config.of(**{**dict(config.items), "threads": 3}))
+    assert not hasattr(refused, "path")  # a refused config is never remembered as built
