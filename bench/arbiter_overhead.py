@@ -306,9 +306,14 @@ def warm_only(n: int) -> None:
         sweep(tmp)
         for i in range(n):
             r = sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db")
-            print(json.dumps({k: round(r[k], 3) for k in (
-                "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
-                "oracle_check_ms_per_trial", "kernel_timing_ms_per_trial")}), flush=True)
+            steady = r["steady_ms_per_trial"]
+            print(json.dumps({
+                **{k: round(r[k], 3) for k in (
+                    "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
+                    "oracle_check_ms_per_trial", "verification_runs_ms_per_trial",
+                    "kernel_timing_ms_per_trial", "startup_s", "tail_s")},
+                **{f"steady_{k}": round(steady[k], 3) for k in (
+                    "mean", "median", "parent_cpu_mean")}}), flush=True)
 
 
 def main() -> None:

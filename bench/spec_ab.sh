@@ -2,17 +2,13 @@
 # The whole-spec sweep of bench/arbiter_overhead.py and bench/startup_trace.py, on an older
 # tree and on this one, alternating, each in fresh processes with a fresh cache:
 #   OUT=/tmp/ab bash bench/spec_ab.sh REV [PAIRS]
-# REV's tree goes to $OUT/old (lanes/ and db/ at arbiter/lanes, arbiter/db, as installed) and
-# runs by PYTHONPATH from its own directory.
+# REV's tree goes to $OUT/old (bench/old_tree.sh) and runs by PYTHONPATH from its own directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rev=$1 pairs=${2:-2} out=$(realpath -m "${OUT:-/tmp/ab}")
 old=$out/old
-rm -rf "$old" && mkdir -p "$old"
-git archive "$rev" arbiter bench examples | tar -x -C "$old"
-git archive --prefix=arbiter/lanes/ "$rev:lanes" | tar -x -C "$old"
-git archive --prefix=arbiter/db/ "$rev:db" | tar -x -C "$old"
-python3 -m compileall -q arbiter lanes bench "$old" >/dev/null 2>&1
+bash bench/old_tree.sh "$rev" "$old"
+python3 -m compileall -q arbiter lanes bench >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 for i in $(seq 1 "$pairs"); do
   for tree in old new; do
