@@ -191,10 +191,12 @@ class Asker:
               assume: dict[int, tuple[float, float]] | None = None) -> bool | None:
         """Is one of the `told` trials among those the sampler now takes as good (those in
         `assume` taken as finished so)? Then the proposal asked ahead without it is not the
-        one it would make: TPE draws from the good trials' mixture. None when the sampler
-        cannot say: not the default, or still drawing at random (where a proposal dropped
-        on the rule of thumb, and asked again after telling a repeat or two, ended the
-        random start sooner: 0.4 fewer trials to a good config over 1400 seeds)."""
+        one it would make: TPE draws from the good trials' mixture. (That set also grows by
+        one trial at every tenth finished one; like the rule of thumb, this keeps the
+        proposal then.) None when the sampler cannot say: not the default, or still drawing
+        at random (where a proposal dropped on the rule of thumb, and asked again after
+        telling a repeat or two, ended the random start sooner: 0.45 fewer trials to a good
+        config over 1400 seeds)."""
         ahead = self._ahead[0] if self._ahead else None
         good_now = getattr(self.study.sampler, "good_now", None)
         if ahead is None or good_now is None:

@@ -5,6 +5,7 @@ is imported)."""
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -98,6 +99,7 @@ class Lane(Protocol):
 # process: lanes are stateless, so the same candidate emits the same source, and a build
 # cache hit needs only its file. Emitting and hashing again took 0.4-0.7 ms a check.
 _BUILT: OrderedDict[tuple[Any, ...], Artifact] = OrderedDict()
+_BUILT_LOCK = threading.Lock()  # the worker's background builds use it too
 BUILT_KEPT = 1024
 
 
@@ -106,15 +108,18 @@ def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Me
     from ._settings import settings
 
     key = (lane.name, lane.version, region, config.key, settings())
-    known = _BUILT.get(key)
+    with _BUILT_LOCK:
+        known = _BUILT.get(key)
+        if known is not None:
+            _BUILT.move_to_end(key)
     if known is not None and (known.path is None or os.path.exists(known.path)):
-        _BUILT.move_to_end(key)
         return replace(known, compile_seconds=0.0, cached=True, log="")
     built = _build_candidate(lane, region, config)
     if isinstance(built, Artifact):
-        _BUILT[key] = built
-        while len(_BUILT) > BUILT_KEPT:
-            _BUILT.popitem(last=False)
+        with _BUILT_LOCK:
+            _BUILT[key] = built
+            while len(_BUILT) > BUILT_KEPT:
+                _BUILT.popitem(last=False)
     return built
 
 

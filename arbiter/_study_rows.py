@@ -9,13 +9,12 @@ with a warm build cache that was more than the worker's check could hide.
 Here the same rows go in through Optuna's own tables (so the installed version's column types
 and datetime convention apply) as Core statements, every pending trial in one transaction:
 the study's row locked first, as Optuna does (several workers on PostgreSQL), the trials' rows
-inserted and numbered by the trials before them, then their parameters, values and attributes:
-one statement per table for the whole batch (per trial where the database cannot return the
-ids of a multi-row insert). The distributions need no check: a study's name
-carries a hash of its lanes' spaces, so they never change within it. Tables that do not fit
-(another Optuna's) turn the fast path off for the rest of the run; a database error sends that
-batch through `add_trial`, which raises if the database itself is failing. A test holds both
-paths to the same trials read back through Optuna.
+inserted (returning their ids) and numbered by the trials before them, then their parameters,
+values and attributes: one statement per table for the whole batch. The distributions need
+no check: a study's name carries a hash of its lanes' spaces, so they never change within it.
+Tables that do not fit (another Optuna's) turn the fast path off for the rest of the run; a
+database error sends that batch through `add_trial`, which raises if the database itself is
+failing. A test holds both paths to the same trials read back through Optuna.
 """
 
 from __future__ import annotations
@@ -104,8 +103,9 @@ class TrialWriter:
 
     def _trial_rows(self, conn: Any, trials: Sequence[Any]) -> list[int]:
         """Insert the trials' rows, numbered as Optuna numbers them (the study's trials
-        inserted before each); their ids, in order. One statement for all of them where the
-        database returns the ids of a multi-row insert in order, else one each."""
+        inserted before each); their ids, in order. Inserted as one batch that returns its
+        ids in order (one statement on PostgreSQL; SQLAlchemy sends SQLite one per row),
+        numbered by one count and one batched update."""
         tb = self._tables
         assert tb is not None
         rows = [{"number": None, "study_id": self.study_id, "state": t.state,

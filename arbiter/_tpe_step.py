@@ -63,7 +63,9 @@ def categorical_tpe() -> Any:
             """The numbers of the trials a proposal for `trial` would now take as the good
             ones; with `assume`, as if these running trials had finished with these
             (infeasibility, value). None: too few have finished, it would be drawn at
-            random."""
+            random; or this step follows another Optuna's split than its own (`fast` off)."""
+            if not self.fast:
+                return None
             finished = len(study._get_trials(deepcopy=False, states=(complete, TrialState.PRUNED),
                                              use_cache=False))
             if finished + len(assume or {}) < self._n_startup_trials:

@@ -257,6 +257,7 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
         tmp_path, monkeypatch, returning):
     # a candidate first measured by another kind (a finalist's re-timing, a winner's check)
     # is found, not inserted twice; with an insert that can say "there already" and without
+    import arbiter._records as records_module
     from arbiter import Config, Measurement, Status
     from arbiter._fingerprint import Fingerprint
     from arbiter._registry import get_lane
@@ -264,9 +265,20 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
     from arbiter._store.models import FINAL
     from arbiter._store.session import engine_for
 
+    if returning and sqlite3.sqlite_version_info < (3, 35):
+        pytest.skip("SQLite before 3.35 has no RETURNING")
     url = f"sqlite:///{tmp_path / 'c.db'}"
     records = Records(url)
     monkeypatch.setattr(engine_for(url).dialect, "insert_returning", returning)
+    added = []  # the inserts that say "there already", as they ran
+    real_add = records_module._add_candidate
+
+    def add(dialect, can_return):
+        statement = real_add(dialect, can_return)
+        added.append(statement is not None)
+        return statement
+
+    monkeypatch.setattr(records_module, "_add_candidate", add)
     region = FusedRegion(2, 2, 2, name="r")
     rid, eid, lanes = records.ids(region, Fingerprint({"cpu": "here"}), [get_lane("numpy")])
     m = Measurement(Status.OK, 1e-7, 1e-7, (1e-3, 2e-3), "host", 0.0)
@@ -278,3 +290,4 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
         assert s.query(CandidateModel).count() == 2
         assert s.query(MeasurementModel).filter_by(candidate_id=first.candidate_id).count() == 2
     assert [r.config for r in records.results(rid, eid)] == [Config.of(k=1), Config.of(k=2)]
+    assert added == [returning] * 3

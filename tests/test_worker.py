@@ -344,11 +344,18 @@ def _cpu_ns(pid: int) -> int:
     """CPU time of every thread of `pid` so far, in ns (the scheduler's own count)."""
     from pathlib import Path
 
-    return sum(int((t / "schedstat").read_text().split()[0])
-               for t in Path(f"/proc/{pid}/task").iterdir())
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except OSError:  # a thread that ended while they were listed
+            pass
+    return total
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: an OpenMP kernel runs alone")
+@pytest.mark.skipif("clang" in os.environ.get("ARBITER_CC", "gcc"),
+                    reason="clang's OpenMP runtime (libomp) has its own wait settings")
 def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
     # libgomp's default keeps a team's threads spinning 10-20 ms after each run: a core each,
     # taken from the worker's comparisons and the parent's own work between runs
