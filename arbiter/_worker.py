@@ -422,8 +422,8 @@ def _receive() -> Any:
 def _settings_now() -> dict[str, str]:
     """The parent's ARBITER_* variables: each request carries them, so a worker kept between
     sweeps follows the settings of the sweep it serves (the cache directory, extra lanes).
-    Read from the environment's encoded form where there is one: decoding all of a ~100
-    variable environment took ~0.2 ms a request."""
+    Read from the environment's encoded form where there is one: decoding the whole
+    environment took 20 us a request here (40 variables), this 5."""
     data = getattr(os.environ, "_data", None)
     prefix = os.fsencode(_SETTINGS)
     if not isinstance(data, dict) or not all(isinstance(k, bytes) for k in data):
