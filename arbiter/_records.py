@@ -31,7 +31,7 @@ from ._store import (
 from ._store.models import FINAL, SWEEP, VERIFY
 from ._values import Config, Measurement, Status
 
-__all__ = ["Choice", "Records", "Result", "choose", "ceiling_of"]
+__all__ = ["Choice", "Records", "Result", "ceiling_of", "choose", "finite"]
 
 # Candidates are timed when their error is inside this ceiling, not only inside the sweep's
 # budget, so a looser budget asked later can be answered from the records.
@@ -161,7 +161,7 @@ class Records:
         """Add the candidate (if new) and its measurement in one transaction; committed on
         return. The Result is built from what was written, without reading it back. Core
         statements, not a session: this is on the path between trials."""
-        rel_error, max_abs = _finite(m.rel_error), _finite(m.max_abs)
+        rel_error, max_abs = finite(m.rel_error), finite(m.max_abs)
         row = {"kind": kind, "status": m.status.value, "budget": budget,
                "rel_error": rel_error, "max_abs": max_abs,
                "median": m.median, "spread": m.spread, "samples": json.dumps(list(m.samples)),
@@ -242,7 +242,8 @@ class Records:
             return [envs[k] for k in sorted(envs, reverse=True)]
 
 
-def _finite(x: float | None) -> float | None:
+def finite(x: float | None) -> float | None:
+    """`x`, or None when it is not a finite number."""
     return x if x is None or math.isfinite(x) else None
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import inspect, text
 
 from ._plan import Plan
-from ._records import Result
+from ._records import Result, finite
 from ._samplers import ATTR, make_sampler
 from ._store import engine_for
 from ._study_rows import TrialWriter
@@ -51,7 +51,7 @@ def scored(median: float | None, rel_error: float | None,
            budget: float) -> tuple[float, float]:
     """A result's trial value (median ms, inf when untimed) and accuracy constraint
     (`rel_error - budget`, 1 without a finite error)."""
-    err = rel_error if rel_error is not None and math.isfinite(rel_error) else None
+    err = finite(rel_error)
     return (median * 1e3 if median is not None else math.inf,
             (err - budget) if err is not None else 1.0)
 
@@ -59,9 +59,8 @@ def scored(median: float | None, rel_error: float | None,
 def objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
     """The trial value and user attrs, constraint included."""
     value, constraint = scored(r.median, r.rel_error, budget)
-    err = r.rel_error if r.rel_error is not None and math.isfinite(r.rel_error) else None
-    attrs = {"candidate": r.candidate_id, "status": r.status.value, "rel_error": err,
-             "constraint": constraint}
+    attrs = {"candidate": r.candidate_id, "status": r.status.value,
+             "rel_error": finite(r.rel_error), "constraint": constraint}
     return value, attrs
 
 

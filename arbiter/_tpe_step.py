@@ -211,7 +211,6 @@ def _number(t: Any) -> int:
     return int(t.number)
 
 
-
 def _log_pdf(mixture: tuple[np.ndarray, list[np.ndarray]], x: np.ndarray) -> np.ndarray:
     """`_MixtureOfProductDistribution.log_pdf` for categorical parameters."""
     weights, dists = mixture

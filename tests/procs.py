@@ -52,3 +52,14 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def cpu_ns(pid: int) -> int:
+    """The CPU time of every thread of `pid` so far, in ns (the scheduler's own count)."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except OSError:  # a thread that ended while they were listed
+            pass
+    return total

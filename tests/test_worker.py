@@ -10,7 +10,7 @@ import pytest
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
 from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
 from tests import fake_lanes
-from tests.procs import live, proc, rss_mb, soon
+from tests.procs import cpu_ns, live, proc, rss_mb, soon
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
 # large enough that the worker compares its outputs while the next candidate builds
@@ -340,19 +340,6 @@ def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
     assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
 
 
-def _cpu_ns(pid: int) -> int:
-    """CPU time of every thread of `pid` so far, in ns (the scheduler's own count)."""
-    from pathlib import Path
-
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except OSError:  # a thread that ended while they were listed
-            pass
-    return total
-
-
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: an OpenMP kernel runs alone")
 @pytest.mark.skipif("clang" in os.environ.get("ARBITER_CC", "gcc"),
                     reason="clang's OpenMP runtime (libomp) has its own wait settings")
@@ -369,9 +356,9 @@ def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
         out = w.check("x86_c", BIG, default, 1e-3, warmup=1, repeats=20)
         assert w.proc is not None
         pid = w.proc.pid
-        start = _cpu_ns(pid)
+        start = cpu_ns(pid)
         time.sleep(0.1)
-        spent_ms = (_cpu_ns(pid) - start) / 1e6
+        spent_ms = (cpu_ns(pid) - start) / 1e6
     assert out.measurement.status is Status.OK
     assert spent_ms < 2, f"the worker's threads ran {spent_ms:.1f} ms while it waited"
 
