@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ._compare_c import squares
 from ._errors import InputError
 from ._inputs import output_shape, poison, random_inputs
 from ._lane import Lane, Runner, build_candidate
@@ -67,6 +68,8 @@ def cases(region: Region, seeds: list[int]) -> list[Case]:
     are drawn at once (numpy's generators let go of the GIL; most of a rowwise region's
     time), while their references take turns (`reference` holds a lock)."""
     new = [s for s in dict.fromkeys(seeds) if (region, s) not in _CASES]
+    if new:
+        squares()  # the comparison's C loop builds (once) beside the references
     for seed, case in zip(new, side_by_side(lambda s: _case(region, s), new)):
         _CASES[(region, seed)] = case
     for seed in seeds:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ._compare_c import squares
 from ._errors import InputError
 from ._inputs import output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
@@ -196,7 +197,12 @@ def _faults(flat_out: np.ndarray) -> tuple[int, int]:
 
 
 def _squares(flat_out: np.ndarray, flat_ref: np.ndarray, lo: int, hi: int) -> tuple[float, float]:
-    """Sum and largest of the squared differences over lo..hi, a cached chunk at a time."""
+    """Sum and largest of the squared differences over lo..hi: in one pass of C once it is
+    built (`_compare_c`), else a cached chunk at a time."""
+    loop = squares()
+    if (loop is not None and flat_out.dtype == np.float32 and flat_ref.dtype == np.float64
+            and flat_out.flags.c_contiguous and flat_ref.flags.c_contiguous):
+        return loop(flat_out[lo:hi], flat_ref[lo:hi])
     buf = np.empty(min(CHUNK, hi - lo), np.float64)
     sumsq = max_sq = 0.0
     for s in range(lo, hi, CHUNK):

@@ -162,6 +162,55 @@ def test_compare_and_poison_in_parts_on_several_threads_agree_with_one():
         assert v.status is status and f"of {out.size} elements" in v.detail
 
 
+def _numpy_only(monkeypatch):
+    from arbiter import _oracle
+
+    monkeypatch.setattr(_oracle, "squares", lambda: None)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, (1 << 16) + 13])
+def test_the_comparisons_c_loop_agrees_with_numpys_passes(n, monkeypatch):
+    from arbiter._compare_c import squares_when_built
+
+    loop = squares_when_built()
+    if loop is None:
+        pytest.skip("no C compiler builds the comparison's loop here")
+    rng = np.random.default_rng()
+    ref = 3 * rng.standard_normal(n)
+    out = (ref * (1 + 1e-4 * rng.standard_normal(n))).astype(np.float32)
+    diff = out.astype(np.float64) - ref
+    total, top = loop(out, ref)
+    assert total == pytest.approx(float(np.dot(diff, diff)), rel=1e-12)
+    assert top == (diff * diff).max()  # the same float64 difference, squared: exactly
+    fast = compare(out, ref, 1e-3, norm_ref=float(np.linalg.norm(ref)))
+    _numpy_only(monkeypatch)
+    slow = compare(out, ref, 1e-3, norm_ref=float(np.linalg.norm(ref)))
+    assert fast.status is slow.status is Status.OK and fast.max_abs == slow.max_abs
+    assert fast.rel_error == pytest.approx(slow.rel_error, rel=1e-12)
+    # a fault anywhere, the last partial group of eight included, spoils the sum
+    for bad in (np.nan, np.inf, -np.inf):
+        faulty = out.copy()
+        faulty[-1] = bad
+        assert not math.isfinite(loop(faulty, ref)[0])
+    with pytest.raises(ValueError, match="contiguous"):
+        loop(out.astype(np.float64), ref)
+
+
+def test_without_a_compiler_the_comparison_is_numpys(monkeypatch, tmp_path):
+    from arbiter import _compare_c
+
+    monkeypatch.setattr(_compare_c, "_STATE", {})
+    monkeypatch.setattr(_compare_c, "_BUILDING", [])
+    monkeypatch.setenv("ARBITER_CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    assert _compare_c.squares_when_built() is None
+    ref = np.random.default_rng().standard_normal(100)
+    out = (ref + 1e-3).astype(np.float32)
+    v = compare(out, ref, 1.0)
+    assert v.status is Status.OK
+    assert v.max_abs == np.abs(out.astype(np.float64) - ref).max()
+
+
 def test_poison_in_parts_reaches_every_element(monkeypatch):
     from arbiter import _inputs, _parts
     from arbiter._inputs import untouched_count
