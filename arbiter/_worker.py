@@ -238,6 +238,7 @@ def _build_early(req: dict[str, Any]) -> None:
 # of the trial (a thread, the compiler's processes next to the parent's and the worker's);
 # below it, the whole-spec sweep ran slower with it (BENCHMARKS.md).
 AHEAD_MIN_ELEMENTS = 1 << 18
+IDLE_BEFORE_COLLECT_S = 0.2  # a request this soon after a sweep's end skips the collection
 
 
 class _Go:
@@ -383,14 +384,17 @@ def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
 
 def _forget() -> None:
     """Drop the inputs and references of the sweep just done (a large region's take GBs):
-    a worker kept idle for the next sweep holds only itself."""
+    a worker kept idle for the next sweep holds only itself. Its garbage collection (10-20
+    ms) waits for the worker to be idle: a sweep that follows at once (a script's next
+    `tune`) had its first request wait for it; it is done at the next forget then."""
     import gc
 
     from ._check import forget_cases
 
     forget_cases()
     _READY.clear()
-    gc.collect()
+    if not select.select([0], [], [], IDLE_BEFORE_COLLECT_S)[0]:
+        gc.collect()
 
 
 _HANDLERS = {"check": _check, "interleave": _interleave}
