@@ -1,6 +1,8 @@
 """The oracle's per-candidate passes over an output (poisoning it, comparing it with the float64
 reference) on 1..N threads, for output sizes from a small region's to benchmark scale: where
 splitting them across the free cores (`arbiter._parts.in_parts`) starts to pay on this machine.
+The comparison is timed twice: with its squared differences in C (`arbiter._compare_c`, built
+first) and in numpy's passes (where no compiler builds the loop).
 
     python3 bench/oracle_parts.py [--out FILE.json]
 
@@ -19,6 +21,7 @@ import time
 import numpy as np
 
 from arbiter import _oracle
+from arbiter._compare_c import squares_when_built
 from arbiter._inputs import POISON_BITS
 from arbiter._parts import cores_but_one, in_parts
 
@@ -48,11 +51,19 @@ def _row(n: int, threads: int, rng: np.random.Generator) -> dict:
         errors.append(_oracle.compare(out, ref, 1e-2, norm, threads=threads,
                                       part_min=MIN).rel_error)
 
+    c_ms = _median_ms(cmp) if squares_when_built() is not None else None
+    loop = _oracle.squares
+    _oracle.squares = lambda: None  # type: ignore[assignment]
+    try:
+        numpy_ms = _median_ms(cmp)
+    finally:
+        _oracle.squares = loop
+
     def fill() -> None:
         in_parts(n, lambda lo, hi: bits[lo:hi].fill(POISON_BITS), threads=threads,
                  part_min=MIN)
 
-    row = {"elements": n, "threads": threads, "compare_ms": _median_ms(cmp),
+    row = {"elements": n, "threads": threads, "compare_c_ms": c_ms, "compare_numpy_ms": numpy_ms,
            "poison_ms": _median_ms(fill)}
     one = _oracle.compare(out, ref, 1e-2, norm, threads=1)
     assert all(abs(e - one.rel_error) <= 1e-12 * one.rel_error for e in errors), errors
@@ -73,8 +84,10 @@ def main() -> None:
                 continue
             row = _row(n, k, rng)
             rows.append(row)
-            print(f"{n:>10} elements, {k:>2} threads: compare {row['compare_ms']:8.3f} ms, "
-                  f"poison {row['poison_ms']:7.3f} ms", flush=True)
+            c = "-" if row["compare_c_ms"] is None else f"{row['compare_c_ms']:.3f}"
+            print(f"{n:>10} elements, {k:>2} threads: compare {c} ms in C, "
+                  f"{row['compare_numpy_ms']:.3f} ms in numpy, poison {row['poison_ms']:.3f} ms",
+                  flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"cores_but_one": free, "rows": rows}, f, indent=1)
