@@ -54,10 +54,13 @@ def rss_mb(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def cpu_ns(pid: int) -> int:
-    """The CPU time of every thread of `pid` so far, in ns (the scheduler's own count)."""
+def cpu_ns(pid: int, *, but_main: bool = False) -> int:
+    """The CPU time of every thread of `pid` so far (`but_main`: of its threads other than the
+    main one), in ns (the scheduler's own count)."""
     total = 0
     for t in Path(f"/proc/{pid}/task").iterdir():
+        if but_main and t.name == str(pid):
+            continue
         try:
             total += int((t / "schedstat").read_text().split()[0])
         except OSError:  # a thread that ended while they were listed

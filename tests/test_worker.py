@@ -356,11 +356,13 @@ def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
         out = w.check("x86_c", BIG, default, 1e-3, warmup=1, repeats=20)
         assert w.proc is not None
         pid = w.proc.pid
-        start = cpu_ns(pid)
+        # the team's other threads: the main one (the team's first, which returns at once)
+        # went on to other work in 1 of ~10 full runs of this file (1-9 ms), spinning none
+        start = cpu_ns(pid, but_main=True)
         time.sleep(0.1)
-        spent_ms = (cpu_ns(pid) - start) / 1e6
+        spent_ms = (cpu_ns(pid, but_main=True) - start) / 1e6
     assert out.measurement.status is Status.OK
-    assert spent_ms < 2, f"the worker's threads ran {spent_ms:.1f} ms while it waited"
+    assert spent_ms < 2, f"the kernel's threads ran {spent_ms:.1f} ms while it waited"
 
 
 def test_the_users_own_openmp_wait_settings_reach_the_worker(monkeypatch):
