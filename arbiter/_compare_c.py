@@ -22,7 +22,7 @@ import numpy as np
 from ._build import build_key, cached_build, run_tool
 from ._settings import settings
 
-__all__ = ["squares", "squares_when_built"]
+__all__ = ["fits", "squares", "squares_when_built"]
 
 # Eight running sums and maxima, so the compiler can keep them in vector registers without
 # reordering one sum (it may not, without -ffast-math). On x86-64 the loop is also built for
@@ -65,6 +65,12 @@ Squares = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
 _LOCK = threading.Lock()
 _STATE: dict[str, Squares | None] = {}  # "loop": the loaded loop (None: none in this process)
 _BUILDING: list[threading.Thread] = []
+
+
+def fits(out: np.ndarray, ref: np.ndarray) -> bool:
+    """Can the loop take these: a float32 and a float64 array, contiguous, of one size?"""
+    return (out.dtype == np.float32 and ref.dtype == np.float64 and out.size == ref.size
+            and out.flags.c_contiguous and ref.flags.c_contiguous)
 
 
 def squares() -> Squares | None:
@@ -122,8 +128,7 @@ def _load(path: Path) -> Squares:
     fn.restype = None
 
     def run(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-        if (out.dtype != np.float32 or ref.dtype != np.float64 or out.size != ref.size
-                or not (out.flags.c_contiguous and ref.flags.c_contiguous)):
+        if not fits(out, ref):
             raise ValueError("squares: a contiguous float32 and float64 array of one size")
         res = np.empty(2, np.float64)
         fn(out.ctypes.data, ref.ctypes.data, out.size, res.ctypes.data)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._compare_c import squares
+from ._compare_c import fits, squares
 from ._errors import InputError
 from ._inputs import output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
@@ -200,8 +200,7 @@ def _squares(flat_out: np.ndarray, flat_ref: np.ndarray, lo: int, hi: int) -> tu
     """Sum and largest of the squared differences over lo..hi: in one pass of C once it is
     built (`_compare_c`), else a cached chunk at a time."""
     loop = squares()
-    if (loop is not None and flat_out.dtype == np.float32 and flat_ref.dtype == np.float64
-            and flat_out.flags.c_contiguous and flat_ref.flags.c_contiguous):
+    if loop is not None and fits(flat_out, flat_ref):
         return loop(flat_out[lo:hi], flat_ref[lo:hi])
     buf = np.empty(min(CHUNK, hi - lo), np.float64)
     sumsq = max_sq = 0.0
