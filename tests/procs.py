@@ -54,12 +54,17 @@ def rss_mb(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def cpu_ns(pid: int, *, but_main: bool = False) -> int:
-    """The CPU time of every thread of `pid` so far (`but_main`: of its threads other than the
-    main one), in ns (the scheduler's own count)."""
+def threads(pid: int) -> set[str]:
+    """The ids of `pid`'s threads now."""
+    return {t.name for t in Path(f"/proc/{pid}/task").iterdir()}
+
+
+def cpu_ns(pid: int, *, leave_out: set[str] | frozenset[str] = frozenset()) -> int:
+    """The CPU time of every thread of `pid` so far but those in `leave_out` (their ids), in
+    ns (the scheduler's own count)."""
     total = 0
     for t in Path(f"/proc/{pid}/task").iterdir():
-        if but_main and t.name == str(pid):
+        if t.name in leave_out:
             continue
         try:
             total += int((t / "schedstat").read_text().split()[0])
