@@ -1,16 +1,16 @@
-"""A region's two Optuna studies: the sampler's, in memory, and the one in the database.
+"""A region's two studies: the sampler's, in memory, and Optuna's in the database.
 
 Our `candidates` table is the source of truth; both studies are rebuilt from it. The sampler
 asks and is told on the in-memory study (asking on the database study costs ~10 commits per
-trial). The database study, what `optuna-dashboard` shows, gets one finished trial per
-recorded candidate: opened once its first trials are due (Optuna's storage once per file and
-process, `_study_storage`; the study itself in milliseconds), or in the region's first window
-where this process has paid the storage's imports already, and written
-(`TrialWriter`, a few trials per transaction) by `flush`, which the search hands to
-`Worker.check` as its `meanwhile`, so both run while a candidate builds and is checked, never
-beside a timing (a region of fewer trials than `FLUSH_EVERY`, done within `FLUSH_AFTER_S`,
-opens and writes it at its end).
-"""
+trial; for the TPE samplers it is our own, `_tpe_study`, else an Optuna study). The database
+study, what `optuna-dashboard` shows, gets one finished trial per recorded candidate: opened
+once its first trials are due (Optuna's storage once per file and process,
+`_study_storage`; the study itself in milliseconds), or in the region's first window where
+this process has paid the storage's imports already, and written (`TrialWriter`, a few
+trials per transaction) by `flush`, which the search hands to `Worker.check` as its
+`meanwhile`, so both run while a candidate builds and is checked, never beside a timing (a
+region of fewer trials than `FLUSH_EVERY`, done within `FLUSH_AFTER_S`, opens and writes it
+at its end)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from sqlalchemy import inspect, text
 
 from ._plan import Plan
 from ._records import Result, finite
-from ._samplers import ATTR, make_sampler
+from ._samplers import ATTR, make_study
 from ._store import engine_for
 from ._study_rows import TrialWriter
 from ._study_storage import opened_before, storage_for
@@ -128,12 +128,12 @@ class Studies:
         self._written = time.monotonic()  # when the database study was last written
 
     def memory(self) -> Any:
-        """The sampler's study, told every recorded candidate (in memory: milliseconds)."""
+        """The sampler's study, told every recorded candidate (in memory: milliseconds; our
+        own for the TPE samplers, `_tpe_study`)."""
         if self._memory is None:
-            optuna = _optuna()
+            _optuna()
             assert self.sampler is not None
-            study = optuna.create_study(sampler=make_sampler(*self.sampler),
-                                        direction="minimize")
+            study = make_study(*self.sampler)
             for r in list(self.p.measured.values()):
                 t = _recorded_trial(self.p, r, self.budget)
                 if t is not None:

@@ -38,8 +38,9 @@
    step: measured trials (refused configs excluded, as in the trial budget) until one within
    3% of the best recorded latency is found, median and 90th percentile over 20 seeds
    (`--seeds`), and the time spent asking per candidate (perf_counter around the Asker's
-   calls). `tpe-optuna-groups` is the default on Optuna's own TPESampler: the same
-   proposals, for the cost of the default's search-space step.
+   calls). `tpe-optuna` is the default's settings on Optuna's own TPESampler and study: the
+   same proposals, but a proposal asked ahead is dropped by the rule of thumb (as on any
+   Optuna study), at the cost of Optuna's asks and tells.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     from arbiter import load_spec
     from arbiter._records import Records
     from arbiter._registry import get_lane
-    from arbiter._samplers import DEFAULT_TPE, SAMPLERS, make_sampler, optuna_tpe
+    from arbiter._samplers import DEFAULT_TPE, SAMPLERS, make_study, optuna_tpe
     from arbiter._store import RegionModel, session_scope
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -221,10 +222,13 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     lanes = {n: get_lane(n) for n in ("numpy", "x86_c")}
     out: dict = {"space": len(table), "within_3pct": len(good), "samplers": {},
                  "samplers_in_step": {}}
-    makers = {name: partial(make_sampler, name) for name in SAMPLERS}
-    # the default's settings on Optuna's own TPESampler: the same proposals
-    # (tests/test_samplers.py), for the cost of the default's search-space step
-    makers["tpe-optuna-groups"] = partial(optuna_tpe, **DEFAULT_TPE)
+    makers = {name: partial(make_study, name) for name in SAMPLERS}
+
+    def stock_tpe(seed: int):
+        return optuna.create_study(sampler=optuna_tpe(seed, **DEFAULT_TPE), direction="minimize")
+
+    # the default's settings on Optuna's own TPESampler and study (tests/test_samplers.py)
+    makers["tpe-optuna"] = stock_tpe
     for name, make in makers.items():
         for ahead, key in ((True, "samplers"), (False, "samplers_in_step")):
             try:
@@ -243,22 +247,19 @@ def replay(url: str, seeds: int = SEEDS) -> dict:
     return out
 
 
-def _trials_to_good(sampler, seed: int, ahead: bool, lanes: dict, region, table: dict,
+def _trials_to_good(study, seed: int, ahead: bool, lanes: dict, region, table: dict,
                     good: set, budget: float) -> tuple[int, float, int]:
     """Measured trials (refused configs excluded, as in the trial budget) until a config
     within 3% of the best: the search's own Asker, asking one trial ahead as `tune` does
     (`ahead`) or in step (ask, measure, tell, ask: the loop before this round). Also the
     seconds spent asking (`ask_ahead`, `next`: repeats of measured candidates included) and
     the candidates it went through (refused ones included)."""
-    import optuna
-
     from arbiter._asker import Asker, pool
     from arbiter._plan import Plan
     from arbiter._records import Result
     from arbiter._values import Status
 
     p = Plan(lanes, {n: ln.space(region) for n, ln in lanes.items()}, len(table), len(table))
-    study = optuna.create_study(sampler=sampler, direction="minimize")
     rng = random.Random(seed)
     asker = Asker(study, p, pool(p, rng), rng, budget)
     asking = 0.0

@@ -1,99 +1,116 @@
-"""The samplers `--sampler` names: the default's faster steps (search-space groups, categorical
-sampling) propose exactly what Optuna's own TPE proposes."""
+"""The samplers `--sampler` names: the TPE ones ask on our own study (`_tpe_study`), which
+proposes exactly what Optuna's TPESampler with the same settings proposes on an Optuna study."""
 
 from __future__ import annotations
 
-import warnings
+import math
 
 import pytest
 
-from arbiter._samplers import ATTR, DEFAULT_TPE, make_sampler, optuna_tpe
-from arbiter._tpe_step import FOLLOWS
+from arbiter._asker import _tell
+from arbiter._samplers import ATTR, TPE, make_sampler, make_study
+from arbiter._studies import finished_trial
+from arbiter._tpe_study import TPEStudy
 
 optuna = pytest.importorskip("optuna")
 
-
-def _stock_tpe(seed: int):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return optuna_tpe(seed, **DEFAULT_TPE)
+LANES = ["a", "b", "c"]  # c has no tunables, a has one with a single choice
+SPACE = {"a": {"a.x": [1, 2, 4, 8], "a.y": [0, 1], "a.s": [3]}, "b": {"b.z": [16, 32, 64]},
+         "c": {}}
 
 
-def _proposals(sampler, trials: int, direction: str = "minimize",
-               numeric: bool = False) -> list[dict]:
-    """Ask one ahead as the search does, on a space shaped like ours (a lane, and each lane's
-    own tunables; `numeric`: one of them a float), with infeasible results, a dropped
-    proposal and a pruned trial."""
+def _optuna_study(name: str, seed: int):
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.create_study(sampler=sampler, direction=direction)
+    return optuna.create_study(sampler=make_sampler(name, seed), direction="minimize")
 
-    def ask():
+
+def _value(p: dict) -> float:
+    return 1.0 + p.get("a.x", 3) * 0.1 + p.get("a.y", 0) + p.get("b.z", 20) / 64.0
+
+
+def _proposals(study, trials: int) -> list[dict]:
+    """Drive a study as the search does, on a space shaped like ours: recorded results added
+    first, then asking one ahead, with infeasible and untimed (inf) results, proposals
+    dropped (told failed), enqueued picks, and a NaN value."""
+    from optuna.distributions import CategoricalDistribution
+
+    for lane, params, value in (("c", {}, 2.0), ("a", {"a.x": 2, "a.y": 0, "a.s": 3}, 1.5)):
+        dists = {"lane": CategoricalDistribution(LANES), **{
+            n: CategoricalDistribution(c) for n, c in SPACE[lane].items()}}
+        study.add_trial(finished_trial({"lane": lane, **params}, dists, value,
+                                       {"constraint": -1.0}))
+
+    def ask(enqueue: dict | None = None):
+        if enqueue is not None:
+            study.enqueue_trial(enqueue, skip_if_exists=False)
         t = study.ask()
-        lane = t.suggest_categorical("lane", ["a", "b", "c"])
-        if lane == "a":
-            t.suggest_categorical("a.x", [1, 2, 4, 8])
-            t.suggest_categorical("a.y", [0, 1])
-        elif lane == "b":
-            if numeric:
-                t.suggest_float("b.z", 16, 64)
-            else:
-                t.suggest_categorical("b.z", [16, 32, 64])
+        lane = t.suggest_categorical("lane", LANES)
+        for name, choices in SPACE[lane].items():
+            t.suggest_categorical(name, choices)
         return t
 
     out = []
     current = ask()
     for i in range(trials):
-        ahead = ask()
-        p = current.params
+        ahead = ask({"lane": "b", "b.z": 32} if i % 11 == 5 else None)
+        p = dict(current.params)
         out.append(p)
-        value = 1.0 + p.get("a.x", 3) * 0.1 + p.get("a.y", 0) + p.get("b.z", 20) / 64.0
+        value = math.inf if i % 9 == 4 else math.nan if i == 17 else _value(p)
         current.set_user_attr(ATTR, {"constraint": 1.0 if p.get("a.y") else -1.0})
-        if i % 7 == 3:
-            study.tell(current, state=optuna.trial.TrialState.PRUNED)
-        else:
-            study.tell(current, value)
+        _tell(study, current, value)
         if i % 5 == 2:  # a result among the best: the one asked without it is dropped
-            study.tell(ahead, state=optuna.trial.TrialState.FAIL)
+            _tell(study, ahead, failed=True)
             ahead = ask()
         current = ahead
     return out
 
 
-@pytest.mark.parametrize("seed,direction", [(0, "minimize"), (1, "minimize"), (7, "minimize"),
-                                            (2, "maximize")])
-def test_default_sampler_proposes_what_optunas_tpe_proposes(seed, direction):
-    ours = make_sampler("tpe", seed)
-    assert ours._group_decomposed_search_space is not None
-    assert type(ours._group_decomposed_search_space).__name__ == "Growing"
-    assert (_proposals(ours, 45, direction)
-            == _proposals(_stock_tpe(seed), 45, direction))
-    assert ours.fast is optuna.__version__.startswith(FOLLOWS)
+@pytest.mark.parametrize("name", list(TPE))
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_our_tpe_study_proposes_what_optunas_tpe_proposes(name, seed):
+    ours = make_study(name, seed)
+    assert isinstance(ours, TPEStudy)
+    proposed = _proposals(ours, 60)
+    assert proposed == _proposals(_optuna_study(name, seed), 60)
+    assert len({tuple(sorted(p.items())) for p in proposed}) > 5  # not one config repeated
 
 
-def test_a_numerical_group_is_sampled_by_optunas_own_step():
-    ours = make_sampler("tpe", 5)
-    assert _proposals(ours, 40, numeric=True) == _proposals(_stock_tpe(5), 40, numeric=True)
+def test_other_samplers_ask_on_an_optuna_study():
+    assert isinstance(make_study("random", 0), optuna.Study)
 
 
-def test_default_sampler_falls_back_to_optunas_sampling_where_its_internals_differ(
-        monkeypatch):
-    ours = make_sampler("tpe", 4)
+def test_the_good_trials_are_the_best_tenth_of_the_finished_feasible_ones():
+    study = TPEStudy(0, multivariate=True, group=True, n_startup_trials=10)
+    values = [5.0, 3.0, 9.0, 1.0, 7.0, 2.0, 8.0, 4.0, 6.0]
+    for v in values:  # one infeasible result at the best value: never among the good
+        t = study.ask()
+        t.suggest_categorical("lane", ["c"])
+        t.set_user_attr(ATTR, {"constraint": 0.5 if v == 1.0 else -0.1})
+        study.tell(t, v)
+    running = study.ask()
+    assert study.good_now(running) is None  # 9 finished: still the random start
+    ahead = study.ask()
+    # the running trial taken as finished, best of all: 10 finished, the good one is it
+    assert study.good_now(ahead, {running.number: (0.0, 0.5)}) == {running.number}
+    running.set_user_attr(ATTR, {"constraint": -1.0})
+    study.tell(running, 2.5)
+    assert study.good_now(ahead) == {5}  # 2.0: the best feasible
+    for v in (10.0, 11.0):
+        t = study.ask()
+        t.suggest_categorical("lane", ["c"])
+        t.set_user_attr(ATTR, {"constraint": -1.0})
+        study.tell(t, v)
+    assert study.good_now(ahead) == {5, 9}  # 12 finished: two good (2.0, 2.5)
 
-    def unknown(*a):  # as if Optuna's private attributes had changed under it
-        raise AttributeError("_parzen_estimator_parameters")
 
-    monkeypatch.setattr(ours, "_categorical", unknown)
-    assert _proposals(ours, 30) == _proposals(_stock_tpe(4), 30)
-    assert ours.fast is False
-
-
-def test_default_sampler_falls_back_to_optunas_step_where_its_internals_differ(monkeypatch):
-    ours = make_sampler("tpe", 3)
-    growing = ours._group_decomposed_search_space
-
-    def unknown(study):  # as if Optuna's private classes had changed under it
-        raise AttributeError("_search_spaces")
-
-    monkeypatch.setattr(growing, "_grown", unknown)
-    assert _proposals(ours, 30) == _proposals(_stock_tpe(3), 30)
-    assert growing.fast is False
+def test_a_value_outside_the_choices_and_a_second_tell_are_refused():
+    study = TPEStudy(0)
+    study.enqueue_trial({"lane": "z"})
+    t = study.ask()
+    with pytest.raises(ValueError, match="not one of lane's choices"):
+        t.suggest_categorical("lane", ["a", "b"])
+    t = study.ask()
+    assert t.suggest_categorical("lane", ["a", "b"]) in ("a", "b")
+    study.tell(t, 1.0)
+    with pytest.raises(ValueError, match="not running"):
+        study.tell(t, 2.0)

@@ -400,7 +400,7 @@ def test_a_proposal_asked_ahead_stands_unless_the_result_is_among_tpes_good_tria
     from arbiter._asker import Asker, pool
     from arbiter._plan import Plan
     from arbiter._records import Result
-    from arbiter._samplers import make_sampler
+    from arbiter._samplers import make_study
     from arbiter._values import Measurement, Status
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -415,7 +415,7 @@ def test_a_proposal_asked_ahead_stands_unless_the_result_is_among_tpes_good_tria
 
     for seed in range(6):
         p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 18, 18)
-        study = optuna.create_study(sampler=make_sampler("tpe", seed))
+        study = make_study("tpe", seed)
         rng = __import__("random").Random(seed)
         asker = Asker(study, p, pool(p, rng), rng, 1e-3, refuse=refuse)
         nxt = asker.next()
@@ -431,7 +431,7 @@ def test_a_proposal_asked_ahead_stands_unless_the_result_is_among_tpes_good_tria
             asker.told(trial, r)
             if ahead is not None:
                 assert stands == bool(asker._ahead)  # judged alike before and after recording
-                good = study.sampler.good_now(study, ahead[0])
+                good = study.good_now(ahead[0])
                 if good is not None:  # (at random still: the rule of thumb, best tenth)
                     assert stands == (trial.number not in good)
                     (kept if stands else dropped).append(trial.number)

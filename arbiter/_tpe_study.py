@@ -1,0 +1,336 @@
+"""The TPE samplers' study: asks and tells on a plain list of trials, with Optuna 5's TPE
+arithmetic for categorical parameters.
+
+Asked through `Study.ask` and `Trial.suggest_categorical`, Optuna's TPESampler spent more of
+an ask outside the sampling than in it: trial copies, storage bookkeeping, distribution checks
+for every parameter, the search-space groups recomputed from every trial, and both Parzen
+estimators rebuilt from scratch. The search asks ~2 times a measured candidate, between a
+candidate's check and its timing. Our spaces are categorical only and the sampler's trials
+live in one process, so this study keeps what TPE reads of each trial (its parameters, value
+and accuracy constraint) and proposes as `TPESampler(multivariate=..., group=...,
+constant_liar=True, constraints_func=constraint_of)` does on an Optuna study: the same random
+draws in the same order, hence the same proposals for the same seed (tests/test_samplers.py).
+The study in the database, for the dashboard, is still Optuna's (`_studies`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import numpy as np
+
+from ._samplers import ATTR
+
+__all__ = ["COMPLETE", "FAIL", "RUNNING", "TPEStudy", "WAITING"]
+
+COMPLETE, FAIL, RUNNING, WAITING = "COMPLETE", "FAIL", "RUNNING", "WAITING"
+
+Choices = tuple[Any, ...]
+
+
+class Trial:
+    """One trial: the parts of Optuna's `Trial` the search uses."""
+
+    def __init__(self, study: TPEStudy, number: int, state: str = RUNNING,
+                 fixed: dict[str, Any] | None = None) -> None:
+        self.study, self.number, self.state, self.fixed = study, number, state, fixed
+        self.params: dict[str, Any] = {}
+        self.choices: dict[str, Choices] = {}
+        self.value: float | None = None
+        self.infeasible = 0.0  # the accuracy constraint's violation (0: within budget)
+        self.user_attrs: dict[str, Any] = {}
+        self.groups: list[dict[str, Choices]] = []  # the relative search space at the ask
+        self.relative: dict[str, Any] | None = None  # sampled at the first suggest needing it
+        self.codes: dict[tuple[str, ...], list[int] | None] = {}  # finished: a group's indices
+        # the study's version and its good and bad trials then (the same for every group)
+        self.split: tuple[int, tuple[list[Trial], list[Trial]]] | None = None
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self.study._suggest(self, name, tuple(choices))
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self.user_attrs[key] = value
+
+    @property
+    def distributions(self) -> dict[str, Any]:
+        from optuna.distributions import CategoricalDistribution
+
+        return {n: CategoricalDistribution(c) for n, c in self.choices.items()}
+
+
+class TPEStudy:
+    """A minimizing study of categorical parameters with TPE's proposals (see the module).
+
+    `group` needs `multivariate`, as in Optuna; `multivariate` without `group` is not
+    supported (our spaces are conditional: Optuna falls back to independent sampling there).
+    """
+
+    def __init__(self, seed: int | None = None, *, multivariate: bool = False,
+                 group: bool = False, n_startup_trials: int = 10,
+                 n_ei_candidates: int = 24, prior_weight: float = 1.0) -> None:
+        if multivariate != group:
+            raise ValueError("TPEStudy samples grouped multivariate TPE or independent TPE")
+        self.multivariate = multivariate
+        self.n_startup_trials, self.n_ei_candidates = n_startup_trials, n_ei_candidates
+        self.prior_weight = prior_weight
+        self.trials: list[Trial] = []
+        self._tpe_rng = np.random.RandomState(seed)  # TPESampler's own draws
+        self._random_rng = np.random.RandomState(seed)  # its RandomSampler's (the start)
+        self._complete = 0
+        self._version = 0  # changes whenever a trial does
+        self._groups: list[dict[str, Choices]] = []  # Optuna's group decomposition
+        self._grouped: set[int] = set()  # the finished trials in it
+        self._index_of: dict[tuple[str, Choices], dict[Any, int]] = {}
+        # a group's names -> (the good trials' numbers, their estimator)
+        self._good: dict[tuple[str, ...], tuple[tuple[int, ...], Any]] = {}
+
+    # the study's verbs -------------------------------------------------------------------
+
+    def ask(self) -> Trial:
+        """The oldest enqueued trial, else a new one; its search space is fixed now."""
+        trial = next((t for t in self.trials if t.state == WAITING), None)
+        if trial is None:
+            trial = Trial(self, len(self.trials))
+            self.trials.append(trial)
+        trial.state = RUNNING
+        self._version += 1
+        if self.multivariate:
+            trial.groups = self._grown()
+        return trial
+
+    def enqueue_trial(self, params: dict[str, Any], skip_if_exists: bool = False) -> None:
+        self.trials.append(Trial(self, len(self.trials), WAITING, dict(params)))
+
+    def tell(self, trial: Trial, value: float | None = None, state: str | None = None) -> None:
+        if trial.state != RUNNING:
+            raise ValueError(f"trial {trial.number} is {trial.state}, not running")
+        if state == FAIL or value is None or math.isnan(value):
+            trial.state = FAIL
+            self._version += 1
+            return
+        constraint = float(trial.user_attrs.get(ATTR, {}).get("constraint", 1.0))
+        self._finish(trial, float(value), constraint)
+
+    def add_trial(self, frozen: Any) -> None:
+        """A finished Optuna trial (`_studies.finished_trial`) as one of this study's."""
+        t = Trial(self, len(self.trials))
+        t.params = dict(frozen.params)
+        t.choices = {n: tuple(d.choices) for n, d in frozen.distributions.items()}
+        t.user_attrs = dict(frozen.user_attrs)
+        self.trials.append(t)
+        self._finish(t, float(frozen.value), float(frozen.system_attrs["constraints"][0]))
+
+    def good_now(self, trial: Trial,
+                 assume: dict[int, tuple[float, float]] | None = None) -> set[int] | None:
+        """The numbers of the trials a proposal for `trial` would now draw from (TPE's good
+        ones); with `assume`, as if these running trials had finished with these
+        (infeasibility, value). None: too few have finished, it would be drawn at random."""
+        if self._complete + len(assume or {}) < self.n_startup_trials:
+            return None
+        return {t.number for t in self._split(trial, assume)[0]}
+
+    # proposals ---------------------------------------------------------------------------
+
+    def _suggest(self, trial: Trial, name: str, choices: Choices) -> Any:
+        if name in trial.params:
+            return trial.params[name]
+        if trial.fixed is not None and name in trial.fixed:
+            value = trial.fixed[name]
+        elif len(choices) == 1:
+            value = choices[0]
+        else:
+            relative = self._relative(trial)
+            value = relative[name] if name in relative else self._independent(
+                trial, name, choices)
+        self._index(name, choices, value)  # raises ValueError, as Optuna, if not a choice
+        trial.params[name], trial.choices[name] = value, choices
+        return value
+
+    def _relative(self, trial: Trial) -> dict[str, Any]:
+        """Every group sampled at once, at the first parameter that needs it (Optuna's
+        `relative_params`): kept on the trial, so a running trial's whole proposal is what
+        the constant liar sees of it."""
+        if trial.relative is None:
+            params: dict[str, Any] = {}
+            if self._complete >= self.n_startup_trials:
+                for group in trial.groups:
+                    space = {n: c for n, c in sorted(group.items()) if len(c) > 1}
+                    if space:
+                        params.update(self._sample(trial, space))
+            trial.relative = params
+        return trial.relative
+
+    def _independent(self, trial: Trial, name: str, choices: Choices) -> Any:
+        if self._complete < self.n_startup_trials:
+            # RandomSampler: a uniform draw per choice (its one-hot encoding), the largest wins
+            return choices[int(self._random_rng.uniform(np.zeros(len(choices)),
+                                                        np.ones(len(choices))).argmax())]
+        return self._sample(trial, {name: choices})[name]
+
+    def _sample(self, trial: Trial, space: dict[str, Choices]) -> dict[str, Any]:
+        """`TPESampler._sample` for categorical parameters: `n_ei_candidates` drawn from the
+        good trials' mixture, the one most likely under it relative to the bad trials'."""
+        if trial.split is None or trial.split[0] != self._version:
+            trial.split = (self._version, self._split(trial))
+        below, above = trial.split[1]
+        names = tuple(space)
+        good = self._good.get(names)
+        numbers = tuple(t.number for t in below)
+        if good is None or good[0] != numbers:
+            good = self._good[names] = (numbers, self._estimator(below, space))
+        weights, dists = good[1]
+        bad = self._estimator(above, space)
+        rng, size = self._tpe_rng, self.n_ei_candidates
+        active = rng.choice(len(weights), p=weights, size=size)
+        samples = np.empty((size, len(names)), dtype=float)
+        for i, w in enumerate(dists):
+            quantile = rng.rand(size)
+            cum = np.cumsum(w[active, :], axis=-1)
+            cum[:, -1] = 1  # (Optuna asserts it is close to 1 first)
+            samples[:, i] = np.sum(cum < quantile[:, np.newaxis], axis=-1)
+        best = int(np.argmax(_log_pdf(good[1], samples) - _log_pdf(bad, samples)))
+        return {name: space[name][int(samples[best, i])] for i, name in enumerate(names)}
+
+    def _split(self, trial: Trial, assume: dict[int, tuple[float, float]] | None = None,
+               ) -> tuple[list[Trial], list[Trial]]:
+        """TPE's split: the good trials (the best feasible values, then the least infeasible)
+        and the rest; running trials (the constant liar: not `trial`) among the rest, those
+        in `assume` as if finished."""
+        assume = assume or {}
+        trials = [t for t in self.trials
+                  if (t.state == COMPLETE or t.state == RUNNING) and t.number != trial.number]
+        n_below = _gamma(sum(t.state == COMPLETE or t.number in assume for t in trials))
+        live: list[Trial] = []
+        feasible: list[tuple[Trial, float]] = []
+        infeasible: list[tuple[Trial, float]] = []
+        for t in trials:
+            seen = assume.get(t.number)
+            if seen is None:
+                if t.state == RUNNING:
+                    live.append(t)
+                    continue
+                seen = (t.infeasible, cast(float, t.value))  # finished: set
+            if seen[0] > 0:
+                infeasible.append((t, seen[0]))
+            else:
+                feasible.append((t, seen[1]))
+        feasible.sort(key=lambda x: x[1])  # stable, as Optuna's sorted()
+        k = min(n_below, len(feasible))
+        below, above = [t for t, _ in feasible[:k]], [t for t, _ in feasible[k:]]
+        n_below -= k
+        infeasible.sort(key=lambda x: x[1])
+        k = min(n_below, len(infeasible))
+        below += [t for t, _ in infeasible[:k]]
+        above += [t for t, _ in infeasible[k:]] + live
+        return sorted(below, key=_number), sorted(above, key=_number)
+
+    def _estimator(self, trials: list[Trial],
+                   space: dict[str, Choices]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """`_ParzenEstimator` of categorical parameters: the mixture's weights and, per
+        parameter, each kernel's probabilities (the last kernel is the prior)."""
+        rows = []
+        names = tuple(space)
+        for t in trials:
+            row = t.codes.get(names, ())
+            if row == ():
+                # a running trial is seen through its whole sampled proposal, where it has one
+                params = t.relative if t.state == RUNNING and t.relative else t.params
+                row = ([self._index(n, space[n], params[n]) for n in space]
+                       if all(n in params for n in space) else None)
+                if t.state == COMPLETE:
+                    t.codes[names] = row
+            if row is not None:
+                rows.append(row)
+        n = len(rows)
+        weights = (np.append(_weights(n)[:n], [self.prior_weight]) if n else np.array([1.0]))
+        weights /= weights.sum()
+        observed = np.array(rows, dtype=int).reshape(n, len(space))
+        dists = []
+        for i, choices in enumerate(space.values()):
+            if n == 0:
+                dists.append(np.full((1, len(choices)), fill_value=1.0 / len(choices)))
+                continue
+            w = np.full((n + 1, len(choices)), fill_value=self.prior_weight / (n + 1))
+            w[np.arange(n), observed[:, i]] += 1
+            sums = w.sum(axis=1, keepdims=True)
+            w /= np.where(sums == 0, 1, sums)
+            dists.append(w)
+        return weights, dists
+
+    # bookkeeping -------------------------------------------------------------------------
+
+    def _finish(self, trial: Trial, value: float, constraint: float) -> None:
+        trial.state, trial.value = COMPLETE, value
+        trial.infeasible = max(0.0, constraint)
+        self._complete += 1
+        self._version += 1
+
+    def _grown(self) -> list[dict[str, Choices]]:
+        """The group decomposition of the finished trials' spaces (Optuna's
+        `_GroupDecomposedSearchSpace`), grown by the trials finished since the last ask, in
+        number order: adding a trial again never changes it, so this equals Optuna's
+        decomposition rebuilt from every trial."""
+        for t in self.trials:
+            if t.state == COMPLETE and t.number not in self._grouped:
+                self._groups = _decomposed(self._groups, t.choices)
+                self._grouped.add(t.number)
+        return self._groups
+
+    def _index(self, name: str, choices: Choices | None, value: Any) -> int:
+        if choices is None:
+            raise KeyError(name)
+        index = self._index_of.get((name, choices))
+        if index is None:
+            index = self._index_of[(name, choices)] = {}
+            for i, c in enumerate(choices):
+                index.setdefault(c, i)
+        try:
+            return index[value]
+        except (KeyError, TypeError):
+            raise ValueError(f"{value!r} is not one of {name}'s choices {choices!r}") from None
+
+
+def _decomposed(groups: list[dict[str, Choices]],
+                space: dict[str, Choices]) -> list[dict[str, Choices]]:
+    """The groups with one trial's space added: each group split into the part inside the
+    space and the part outside it, then what is new, empty groups left out."""
+    left = set(space)
+    out: list[dict[str, Choices]] = []
+    for g in groups:
+        keys = set(g)
+        out.append({n: g[n] for n in keys & left})
+        out.append({n: g[n] for n in keys - left})
+        left -= keys
+    out.append({n: space[n] for n in left})
+    return [g for g in out if g]
+
+
+def _gamma(n: int) -> int:
+    """How many of `n` finished trials are the good ones (TPE's default)."""
+    return min(math.ceil(0.1 * n), 25)
+
+
+def _weights(n: int) -> np.ndarray:
+    """TPE's default weights of `n` trials in number order: the last 25 count fully, older
+    ones less and less."""
+    if n < 25:
+        return np.ones(n)
+    return np.concatenate([np.linspace(1.0 / n, 1.0, num=n - 25), np.ones(25)])
+
+
+def _number(t: Trial) -> int:
+    return t.number
+
+
+def _log_pdf(mixture: tuple[np.ndarray, list[np.ndarray]], x: np.ndarray) -> np.ndarray:
+    """`_MixtureOfProductDistribution.log_pdf` for categorical parameters."""
+    weights, dists = mixture
+    logs = np.zeros((len(x), len(weights)), dtype=np.float64)
+    for i, w in enumerate(dists):
+        logs += np.log(w[:, x[:, i].astype(np.int64)].T)
+    logs += np.log(weights[np.newaxis])
+    top = logs.max(axis=1)
+    top[np.isneginf(top)] = 0
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.log(np.exp(logs - top[:, None]).sum(axis=1)) + top)
