@@ -252,11 +252,12 @@ def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, mo
     assert records.winner(rid, eid, 1e-3)["candidate_id"] == results[1].candidate_id
 
 
-@pytest.mark.parametrize("returning", [True, False])
+@pytest.mark.parametrize("path", ["driver", "returning", "lookup"])
 def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
-        tmp_path, monkeypatch, returning):
+        tmp_path, monkeypatch, path):
     # a candidate first measured by another kind (a finalist's re-timing, a winner's check)
-    # is found, not inserted twice; with an insert that can say "there already" and without
+    # is found, not inserted twice: on SQLite's own cursor, and through SQLAlchemy with an
+    # insert that can say "there already" and without
     import arbiter._records as records_module
     from arbiter import Config, Measurement, Status
     from arbiter._fingerprint import Fingerprint
@@ -265,11 +266,14 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
     from arbiter._store.models import FINAL
     from arbiter._store.session import engine_for
 
+    returning = path != "lookup"
     if returning and sqlite3.sqlite_version_info < (3, 35):
         pytest.skip("SQLite before 3.35 has no RETURNING")
     url = f"sqlite:///{tmp_path / 'c.db'}"
     records = Records(url)
     monkeypatch.setattr(engine_for(url).dialect, "insert_returning", returning)
+    if path != "driver":
+        monkeypatch.setattr(records_module, "_by_driver", lambda conn: False)
     added = []  # the inserts that say "there already", as they ran
     real_add = records_module._add_candidate
 
@@ -290,4 +294,52 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
         assert s.query(CandidateModel).count() == 2
         assert s.query(MeasurementModel).filter_by(candidate_id=first.candidate_id).count() == 2
     assert [r.config for r in records.results(rid, eid)] == [Config.of(k=1), Config.of(k=2)]
-    assert added == [returning] * 3
+    # (the driver's statements are compiled once per process)
+    assert added in (([], [True]) if path == "driver" else ([returning] * 3,))
+
+
+def test_sqlites_own_cursor_writes_the_rows_sqlalchemy_writes(tmp_path, monkeypatch):
+    import datetime
+    import math
+
+    import arbiter._records as records_module
+    from arbiter import Config, Measurement, Status
+    from arbiter._fingerprint import Fingerprint
+    from arbiter._registry import get_lane
+    from arbiter._store import MeasurementModel
+
+    if sqlite3.sqlite_version_info < (3, 35):
+        pytest.skip("SQLite before 3.35 has no RETURNING: always SQLAlchemy's statements")
+    rows = []
+    for by_driver in (True, False):
+        url = f"sqlite:///{tmp_path / f'{by_driver}.db'}"
+        records = Records(url)
+        monkeypatch.setattr(records_module, "_by_driver",
+                            lambda conn, b=by_driver: b and conn.dialect.name == "sqlite")
+        rid, eid, lanes = records.ids(FusedRegion(2, 2, 2, name="r"),
+                                      Fingerprint({"cpu": "here"}), [get_lane("numpy")])
+        m = Measurement(Status.WRONG_RESULT, 0.25, math.pi, (1e-3, 3e-3, 2e-3), "host", 0.5,
+                        log="it's\n'quoted'")
+        before = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        r = records.record(rid, eid, lanes["numpy"], Config.of(k=1, s="x"), m, 1e-3)
+        assert (r.candidate_id, r.lane, r.median, r.spread) == (1, "numpy", 2e-3, m.spread)
+        with session_scope(url) as s:
+            c = s.query(CandidateModel).one()
+            row = s.query(MeasurementModel).one()
+            assert before <= c.created_at <= row.created_at <= before + datetime.timedelta(
+                seconds=60)
+            rows.append(({k: v for k, v in vars(c).items() if k[0] != "_" and k != "created_at"},
+                         {k: v for k, v in vars(row).items() if k[0] != "_"
+                          and k != "created_at"}))
+    assert rows[0] == rows[1]
+    assert rows[0][1]["log"] == "it's\n'quoted'" and rows[0][1]["max_abs"] == math.pi
+    # the driver's own errors are store errors too, and nothing of the record stays
+    monkeypatch.setattr(records_module, "_by_driver", lambda conn: True)
+    with sqlite3.connect(tmp_path / "True.db") as raw:
+        raw.execute("CREATE TRIGGER no_more BEFORE INSERT ON measurements "
+                    "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+    with pytest.raises(StoreError, match="disk says no"):
+        Records(f"sqlite:///{tmp_path / 'True.db'}").record(rid, eid, lanes["numpy"],
+                                                             Config.of(k=2), m, 1e-3)
+    with session_scope(f"sqlite:///{tmp_path / 'True.db'}") as s:
+        assert s.query(CandidateModel).count() == 1
