@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from ._store import (
     require_current,
     session_scope,
 )
+from ._store.driver import DriverError, DriverSQL, by_driver, compiled, driver_cursor
 from ._store.models import FINAL, SWEEP, VERIFY, _now
 from ._values import Config, Measurement, Status
 
@@ -107,73 +107,32 @@ _FIND_CANDIDATE = select(CandidateModel.id).where(
 _ADD_MEASUREMENT = insert(MeasurementModel)
 
 
-@dataclass(frozen=True)
-class _DriverSQL:
-    """A statement as SQLAlchemy compiles it for one dialect, to run on the driver's cursor:
-    its text, its parameters in order, and their values' conversions (dates)."""
-
-    text: str
-    names: tuple[str, ...]
-    convert: dict[str, Any]
-
-    @classmethod
-    def of(cls, statement: Any, table: Any, dialect: Any, keys: list[str]) -> _DriverSQL:
-        compiled = statement.compile(dialect=dialect, column_keys=keys)
-        names = tuple(compiled.positiontup or ())
-        convert = {n: f for n in names if n in table.c and (
-            f := table.c[n].type.dialect_impl(dialect).bind_processor(dialect)) is not None}
-        return cls(str(compiled), names, convert)
-
-    def values(self, given: dict[str, Any]) -> list[Any]:
-        return [self.convert[n](given[n]) if n in self.convert else given[n]
-                for n in self.names]
-
-
-_DRIVER_SQL: dict[tuple[Any, ...], tuple[_DriverSQL, _DriverSQL, _DriverSQL]] = {}
-
-
-def _driver_sql(dialect: Any) -> tuple[_DriverSQL, _DriverSQL, _DriverSQL]:
-    """The record's statements for this (SQLite) dialect, compiled once per kind of dialect:
-    the candidate's insert returning its id, its lookup, the measurement's insert (every
-    column given)."""
-    key = (type(dialect), dialect.paramstyle, dialect.insert_returning)
-    known = _DRIVER_SQL.get(key)
-    if known is None:
-        known = _DRIVER_SQL[key] = _compiled_for_driver(dialect)
-    return known
-
-
-def _compiled_for_driver(dialect: Any) -> tuple[_DriverSQL, _DriverSQL, _DriverSQL]:
-    add = _add_candidate(dialect.name, True)
+def _driver_statements(dialect: Any) -> tuple[DriverSQL, DriverSQL, DriverSQL]:
+    """The record's statements: the candidate's insert returning its id, its lookup, the
+    measurement's insert (every column given)."""
     candidates, measurements = CandidateModel.__table__, MeasurementModel.__table__
-    columns = [c.name for c in candidates.c if not c.primary_key]
-    return (_DriverSQL.of(add, candidates, dialect, columns),
-            _DriverSQL.of(_FIND_CANDIDATE, candidates, dialect, list(_CANDIDATE_KEYS)),
-            _DriverSQL.of(_ADD_MEASUREMENT, measurements, dialect,
-                          [c.name for c in measurements.c if not c.primary_key]))
-
-
-def _by_driver(conn: Any) -> bool:
-    return bool(conn.dialect.name == "sqlite" and conn.dialect.insert_returning)
+    return (compiled("add candidate", _add_candidate(dialect.name, True), candidates, dialect,
+                     [c.name for c in candidates.c if not c.primary_key]),
+            compiled("find candidate", _FIND_CANDIDATE, candidates, dialect,
+                     list(_CANDIDATE_KEYS)),
+            compiled("add measurement", _ADD_MEASUREMENT, measurements, dialect,
+                     [c.name for c in measurements.c if not c.primary_key]))
 
 
 def _driver_write(conn: Any, candidate: dict[str, Any], row: dict[str, Any], url: str) -> int:
     """The record's inserts on the SQLite driver's own cursor, in `conn`'s transaction: the
     statements SQLAlchemy compiled for them (once), without its execution layer, which took
     ~3/4 of a record's time (~1 ms of CPU a trial in a sweep on the H200 host's speed)."""
-    add, find, measure = _driver_sql(conn.dialect)
+    add, find, measure = _driver_statements(conn.dialect)
     now = _now()
-    cur = conn.connection.driver_connection.cursor()
+    cur = driver_cursor(conn)
     try:
-        cur.execute(add.text, add.values({**candidate, "created_at": now}))
-        got = cur.fetchone()
+        got = add.run(cur, {**candidate, "created_at": now}).fetchone()
         if got is None:  # recorded before: look it up
-            cur.execute(find.text, find.values(candidate))
-            got = cur.fetchone()
-        cur.execute(measure.text, measure.values(
-            {**row, "candidate_id": got[0], "created_at": now}))
+            got = find.run(cur, candidate).fetchone()
+        measure.run(cur, {**row, "candidate_id": got[0], "created_at": now})
         return int(got[0])
-    except sqlite3.Error as e:
+    except DriverError as e:
         raise StoreError(f"database {url}: {type(e).__name__}: {e}") from e
     finally:
         cur.close()
@@ -246,7 +205,7 @@ class Records:
 
         def write() -> tuple[int, str]:
             with connection_scope(self.url) as conn:
-                if _by_driver(conn):
+                if by_driver(conn):
                     written = _driver_write(conn, {**ident, "config": config.to_json()}, row,
                                             self.url)
                     return written, self._lane_name(conn, lane_id)

@@ -27,6 +27,7 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._samplers import ATTR
+from ._store.driver import DriverError, by_driver, compiled, driver_cursor
 
 __all__ = ["TrialWriter"]
 
@@ -51,7 +52,7 @@ class TrialWriter:
                 return
             except (ImportError, AttributeError, TypeError, KeyError):
                 self.fast = False  # rolled back: nothing was written
-            except SQLAlchemyError:
+            except (SQLAlchemyError, DriverError):
                 pass  # rolled back; a busy database may well take the slow path
         # an error raised by a commit that landed (a connection lost in COMMIT) must not
         # write the batch twice: the study's own view of which candidates it holds decides
@@ -96,9 +97,16 @@ class TrialWriter:
                          for k, v in t.user_attrs.items()]
                 system += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
                            for k, v in t.system_attrs.items()]
-            for table, rows in ((tb.params, params), (tb.values, values), (tb.user, user),
-                                (tb.system, system)):
-                if rows:
+            for name, table, rows in (("params", tb.params, params),
+                                      ("values", tb.values, values),
+                                      ("user attrs", tb.user, user),
+                                      ("system attrs", tb.system, system)):
+                if not rows:
+                    continue
+                if by_driver(conn):
+                    compiled(f"optuna {name}", table.insert(), table, conn.dialect,
+                             list(rows[0])).run_many(driver_cursor(conn), rows)
+                else:
                     conn.execute(table.insert(), rows)
 
     def _trial_rows(self, conn: Any, trials: Sequence[Any]) -> list[int]:
@@ -111,6 +119,8 @@ class TrialWriter:
         rows = [{"number": None, "study_id": self.study_id, "state": t.state,
                  "datetime_start": t.datetime_start, "datetime_complete": t.datetime_complete}
                 for t in trials]
+        if by_driver(conn):
+            return _driver_trial_rows(conn, tb, rows, self.study_id)
         if len(rows) > 1 and getattr(conn.dialect,
                                      "insert_executemany_returning_sort_by_parameter_order", False):
             ids = list(conn.execute(tb.trial.insert().returning(
@@ -122,6 +132,20 @@ class TrialWriter:
         first = conn.execute(tb.count, {"sid": self.study_id, "tid": ids[0]}).scalar_one()
         conn.execute(tb.number, [{"tid": tid, "n": first + i} for i, tid in enumerate(ids)])
         return ids
+
+
+def _driver_trial_rows(conn: Any, tb: _Tables, rows: list[dict[str, Any]],
+                       study_id: int) -> list[int]:
+    """`_trial_rows` on SQLite's own cursor (`_store.driver`): each row's id is the cursor's
+    last row id."""
+    cur = driver_cursor(conn)
+    add = compiled("optuna trial", tb.trial.insert(), tb.trial, conn.dialect, list(rows[0]))
+    ids = [add.run(cur, row).lastrowid for row in rows]
+    count = compiled("optuna count", tb.count, tb.trial, conn.dialect, ["sid", "tid"])
+    first = count.run(cur, {"sid": study_id, "tid": ids[0]}).fetchone()[0]
+    compiled("optuna number", tb.number, tb.trial, conn.dialect, ["tid", "n"]).run_many(
+        cur, [{"tid": tid, "n": first + i} for i, tid in enumerate(ids)])
+    return ids
 
 
 class _Tables:
