@@ -83,7 +83,7 @@ class TPEStudy:
         self._grouped: set[int] = set()  # the finished trials in it
         self._index_of: dict[tuple[str, Choices], dict[Any, int]] = {}
         # a group's names -> (the good trials' numbers, their estimator)
-        self._good: dict[tuple[str, ...], tuple[tuple[int, ...], Any]] = {}
+        self._good: dict[tuple[str, ...], tuple[tuple[int, ...], _Mixture]] = {}
 
     # the study's verbs -------------------------------------------------------------------
 
@@ -179,17 +179,20 @@ class TPEStudy:
         numbers = tuple(t.number for t in below)
         if good is None or good[0] != numbers:
             good = self._good[names] = (numbers, self._estimator(below, space))
-        weights, dists = good[1]
+        mixture = good[1]
         bad = self._estimator(above, space)
         rng, size = self._tpe_rng, self.n_ei_candidates
-        active = rng.choice(len(weights), p=weights, size=size)
-        samples = np.empty((size, len(names)), dtype=float)
-        for i, w in enumerate(dists):
-            quantile = rng.rand(size)
+        # `rng.choice(p=weights)`'s arithmetic and draws, without its checks of `p`
+        cdf = mixture.weights.cumsum()
+        cdf /= cdf[-1]
+        active = cdf.searchsorted(rng.random_sample(size), side="right")
+        quantiles = rng.random_sample((len(names), size))  # the draws of rand(size) each
+        samples = np.empty((size, len(names)), dtype=np.int64)
+        for i, w in enumerate(mixture.dists):
             cum = np.cumsum(w[active, :], axis=-1)
             cum[:, -1] = 1  # (Optuna asserts it is close to 1 first)
-            samples[:, i] = np.sum(cum < quantile[:, np.newaxis], axis=-1)
-        best = int(np.argmax(_log_pdf(good[1], samples) - _log_pdf(bad, samples)))
+            samples[:, i] = np.sum(cum < quantiles[i][:, np.newaxis], axis=-1)
+        best = int(np.argmax(mixture.log_pdf(samples) - bad.log_pdf(samples)))
         return {name: space[name][int(samples[best, i])] for i, name in enumerate(names)}
 
     def _split(self, trial: Trial, assume: dict[int, tuple[float, float]] | None = None,
@@ -225,8 +228,7 @@ class TPEStudy:
         above += [t for t, _ in infeasible[k:]] + live
         return sorted(below, key=_number), sorted(above, key=_number)
 
-    def _estimator(self, trials: list[Trial],
-                   space: dict[str, Choices]) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _estimator(self, trials: list[Trial], space: dict[str, Choices]) -> _Mixture:
         """`_ParzenEstimator` of categorical parameters: the mixture's weights and, per
         parameter, each kernel's probabilities (the last kernel is the prior)."""
         rows = []
@@ -256,7 +258,7 @@ class TPEStudy:
             sums = w.sum(axis=1, keepdims=True)
             w /= np.where(sums == 0, 1, sums)
             dists.append(w)
-        return weights, dists
+        return _Mixture(weights, dists)
 
     # bookkeeping -------------------------------------------------------------------------
 
@@ -323,14 +325,26 @@ def _number(t: Trial) -> int:
     return t.number
 
 
-def _log_pdf(mixture: tuple[np.ndarray, list[np.ndarray]], x: np.ndarray) -> np.ndarray:
-    """`_MixtureOfProductDistribution.log_pdf` for categorical parameters."""
-    weights, dists = mixture
-    logs = np.zeros((len(x), len(weights)), dtype=np.float64)
-    for i, w in enumerate(dists):
-        logs += np.log(w[:, x[:, i].astype(np.int64)].T)
-    logs += np.log(weights[np.newaxis])
-    top = logs.max(axis=1)
-    top[np.isneginf(top)] = 0
-    with np.errstate(divide="ignore"):
-        return np.asarray(np.log(np.exp(logs - top[:, None]).sum(axis=1)) + top)
+class _Mixture:
+    """A Parzen estimator of categorical parameters: the kernels' weights and, per
+    parameter, each kernel's probabilities (the last kernel is the prior)."""
+
+    def __init__(self, weights: np.ndarray, dists: list[np.ndarray]) -> None:
+        self.weights, self.dists = weights, dists
+        self._logs: tuple[np.ndarray, list[np.ndarray]] | None = None  # made at first use
+
+    def log_pdf(self, x: np.ndarray) -> np.ndarray:
+        """`_MixtureOfProductDistribution.log_pdf`, the same operations in the same order
+        (the logarithms taken once per estimator: a good one is kept across asks)."""
+        if self._logs is None:
+            with np.errstate(divide="ignore"):
+                self._logs = (np.log(self.weights), [np.log(w) for w in self.dists])
+        log_weights, log_dists = self._logs
+        logs = np.zeros((len(x), len(self.weights)), dtype=np.float64)
+        for i, lw in enumerate(log_dists):
+            logs += lw[:, x[:, i]].T
+        logs += log_weights[np.newaxis]
+        top = logs.max(axis=1)
+        top[np.isneginf(top)] = 0
+        with np.errstate(divide="ignore"):
+            return np.asarray(np.log(np.exp(logs - top[:, None]).sum(axis=1)) + top)
