@@ -343,3 +343,25 @@ def test_sqlites_own_cursor_writes_the_rows_sqlalchemy_writes(tmp_path, monkeypa
                                                              Config.of(k=2), m, 1e-3)
     with session_scope(f"sqlite:///{tmp_path / 'True.db'}") as s:
         assert s.query(CandidateModel).count() == 1
+
+
+def test_ids_are_found_again_and_a_regions_latest_name_is_kept(tmp_path):
+    from arbiter._fingerprint import Fingerprint
+    from arbiter._registry import get_lane
+    from arbiter._store import EnvironmentModel, LaneModel
+
+    url = f"sqlite:///{tmp_path / 'ids.db'}"
+    records = Records(url)
+    lanes = [get_lane("numpy"), get_lane("x86_c")]
+    first = records.ids(FusedRegion(2, 2, 2, name="old"), Fingerprint({"cpu": "here"}), lanes)
+    again = records.ids(FusedRegion(2, 2, 2, name="new"), Fingerprint({"cpu": "here"}), lanes)
+    other = records.ids(FusedRegion(2, 2, 4, name="b"), Fingerprint({"cpu": "there"}), lanes[:1])
+    assert first == again
+    assert other[0] != first[0] and other[1] != first[1] and other[2] == {
+        "numpy": first[2]["numpy"]}
+    with session_scope(url) as s:
+        assert [r.name for r in s.query(RegionModel).order_by(RegionModel.id)] == ["new", "b"]
+        assert s.query(EnvironmentModel).count() == 2
+        assert {(ln.name, ln.platform) for ln in s.query(LaneModel)} == {
+            ("numpy", "cpu"), ("x86_c", "cpu")}
+        assert all(r.created_at is not None for r in s.query(RegionModel))

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .._errors import StoreError
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
@@ -238,6 +239,24 @@ def write_locked(engine: Engine) -> Iterator[Connection]:
         conn.exec_driver_sql("COMMIT")
 
 
+_DDL: dict[tuple[Any, ...], list[tuple[str, list[str]]]] = {}
+
+
+def _ddl(dialect: Any) -> list[tuple[str, list[str]]]:
+    """`create_all`'s statements for our tables, compiled once per kind of dialect (compiling
+    them was most of a new file's ~15 ms schema): each table's name, its CREATE TABLE and
+    CREATE INDEXes, in dependency order."""
+    key = (type(dialect), dialect.server_version_info)
+    known = _DDL.get(key)
+    if known is None:
+        known = _DDL[key] = [
+            (t.name, [str(CreateTable(t).compile(dialect=dialect)),
+                      *(str(CreateIndex(ix).compile(dialect=dialect))
+                        for ix in sorted(t.indexes, key=lambda ix: ix.name or ""))])
+            for t in Base.metadata.sorted_tables]
+    return known
+
+
 def create_current(url: str) -> None:
     """An empty database straight at the head schema: the models' tables, stamped with the
     head revision in Alembic's version table (Alembic's "create_all, then stamp" recipe).
@@ -248,7 +267,11 @@ def create_current(url: str) -> None:
         with write_locked(engine_for(url)) as conn:
             if _revision(conn) is not None:  # read again under the lock: made meanwhile
                 return
-            Base.metadata.create_all(conn)
+            existing = set(inspect(conn).get_table_names())
+            for name, statements in _ddl(conn.dialect):
+                if name not in existing:  # (create_all's check)
+                    for sql in statements:
+                        conn.exec_driver_sql(sql)
             version.create(conn, checkfirst=True)
             conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
