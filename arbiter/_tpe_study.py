@@ -16,7 +16,7 @@ The study in the database, for the dashboard, is still Optuna's (`_studies`).
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ._samplers import ATTR
 __all__ = ["COMPLETE", "FAIL", "RUNNING", "TPEStudy", "WAITING"]
 
 COMPLETE, FAIL, RUNNING, WAITING = "COMPLETE", "FAIL", "RUNNING", "WAITING"
+_CODE = {WAITING: 0, RUNNING: 1, COMPLETE: 2, FAIL: 3}
 
 Choices = tuple[Any, ...]
 
@@ -34,7 +35,8 @@ class Trial:
 
     def __init__(self, study: TPEStudy, number: int, state: str = RUNNING,
                  fixed: dict[str, Any] | None = None) -> None:
-        self.study, self.number, self.state, self.fixed = study, number, state, fixed
+        self.study, self.number, self.fixed = study, number, fixed
+        self.state = state  # set through the study (`_mark`), which keeps its arrays
         self.params: dict[str, Any] = {}
         self.choices: dict[str, Choices] = {}
         self.value: float | None = None
@@ -42,9 +44,9 @@ class Trial:
         self.user_attrs: dict[str, Any] = {}
         self.groups: list[dict[str, Choices]] = []  # the relative search space at the ask
         self.relative: dict[str, Any] | None = None  # sampled at the first suggest needing it
-        self.codes: dict[tuple[str, ...], list[int] | None] = {}  # finished: a group's indices
-        # the study's version and its good and bad trials then (the same for every group)
-        self.split: tuple[int, tuple[list[Trial], list[Trial]]] | None = None
+        # the study's version and the numbers of its good and bad trials then (the same for
+        # every group)
+        self.split: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def suggest_categorical(self, name: str, choices: Any) -> Any:
         return self.study._suggest(self, name, tuple(choices))
@@ -75,6 +77,14 @@ class TPEStudy:
         self.n_startup_trials, self.n_ei_candidates = n_startup_trials, n_ei_candidates
         self.prior_weight = prior_weight
         self.trials: list[Trial] = []
+        # per trial number, for the split: its state's code, value, infeasibility
+        self._states: list[int] = []
+        self._values: list[float] = []
+        self._infeasible: list[float] = []
+        self._waiting: list[int] = []  # enqueued, oldest first
+        # a group's names -> each finished trial's indices of its choices (-1: not in the
+        # group, -2: not worked out yet), by trial number
+        self._codes: dict[tuple[str, ...], np.ndarray] = {}
         self._tpe_rng = np.random.RandomState(seed)  # TPESampler's own draws
         self._random_rng = np.random.RandomState(seed)  # its RandomSampler's (the start)
         self._complete = 0
@@ -89,36 +99,32 @@ class TPEStudy:
 
     def ask(self) -> Trial:
         """The oldest enqueued trial, else a new one; its search space is fixed now."""
-        trial = next((t for t in self.trials if t.state == WAITING), None)
-        if trial is None:
-            trial = Trial(self, len(self.trials))
-            self.trials.append(trial)
-        trial.state = RUNNING
-        self._version += 1
+        trial = self.trials[self._waiting.pop(0)] if self._waiting else self._new()
+        self._mark(trial, RUNNING)
         if self.multivariate:
             trial.groups = self._grown()
         return trial
 
     def enqueue_trial(self, params: dict[str, Any], skip_if_exists: bool = False) -> None:
-        self.trials.append(Trial(self, len(self.trials), WAITING, dict(params)))
+        t = self._new(WAITING)
+        t.fixed = dict(params)
+        self._waiting.append(t.number)
 
     def tell(self, trial: Trial, value: float | None = None, state: str | None = None) -> None:
         if trial.state != RUNNING:
             raise ValueError(f"trial {trial.number} is {trial.state}, not running")
         if state == FAIL or value is None or math.isnan(value):
-            trial.state = FAIL
-            self._version += 1
+            self._mark(trial, FAIL)
             return
         constraint = float(trial.user_attrs.get(ATTR, {}).get("constraint", 1.0))
         self._finish(trial, float(value), constraint)
 
     def add_trial(self, frozen: Any) -> None:
         """A finished Optuna trial (`_studies.finished_trial`) as one of this study's."""
-        t = Trial(self, len(self.trials))
+        t = self._new()
         t.params = dict(frozen.params)
         t.choices = {n: tuple(d.choices) for n, d in frozen.distributions.items()}
         t.user_attrs = dict(frozen.user_attrs)
-        self.trials.append(t)
         self._finish(t, float(frozen.value), float(frozen.system_attrs["constraints"][0]))
 
     def good_now(self, trial: Trial,
@@ -128,7 +134,7 @@ class TPEStudy:
         (infeasibility, value). None: too few have finished, it would be drawn at random."""
         if self._complete + len(assume or {}) < self.n_startup_trials:
             return None
-        return {t.number for t in self._split(trial, assume)[0]}
+        return set(self._split(trial, assume)[0].tolist())
 
     # proposals ---------------------------------------------------------------------------
 
@@ -176,7 +182,7 @@ class TPEStudy:
         below, above = trial.split[1]
         names = tuple(space)
         good = self._good.get(names)
-        numbers = tuple(t.number for t in below)
+        numbers = tuple(below.tolist())
         if good is None or good[0] != numbers:
             good = self._good[names] = (numbers, self._estimator(below, space))
         mixture = good[1]
@@ -196,58 +202,59 @@ class TPEStudy:
         return {name: space[name][int(samples[best, i])] for i, name in enumerate(names)}
 
     def _split(self, trial: Trial, assume: dict[int, tuple[float, float]] | None = None,
-               ) -> tuple[list[Trial], list[Trial]]:
-        """TPE's split: the good trials (the best feasible values, then the least infeasible)
-        and the rest; running trials (the constant liar: not `trial`) among the rest, those
-        in `assume` as if finished."""
-        assume = assume or {}
-        trials = [t for t in self.trials
-                  if (t.state == COMPLETE or t.state == RUNNING) and t.number != trial.number]
-        n_below = _gamma(sum(t.state == COMPLETE or t.number in assume for t in trials))
-        live: list[Trial] = []
-        feasible: list[tuple[Trial, float]] = []
-        infeasible: list[tuple[Trial, float]] = []
-        for t in trials:
-            seen = assume.get(t.number)
-            if seen is None:
-                if t.state == RUNNING:
-                    live.append(t)
-                    continue
-                seen = (t.infeasible, cast(float, t.value))  # finished: set
-            if seen[0] > 0:
-                infeasible.append((t, seen[0]))
-            else:
-                feasible.append((t, seen[1]))
-        feasible.sort(key=lambda x: x[1])  # stable, as Optuna's sorted()
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """TPE's split, as trial numbers in order: the good trials (the best feasible values,
+        then the least infeasible) and the rest; running trials (the constant liar: not
+        `trial`) among the rest, those in `assume` as if finished. (Stable sorts by value,
+        hence ties in number order, as Optuna's sorted() over trials in number order.)"""
+        states = np.array(self._states, dtype=np.int8)
+        values = np.array(self._values)
+        infeasible = np.array(self._infeasible)
+        seen = (states == _CODE[COMPLETE]) | (states == _CODE[RUNNING])
+        seen[trial.number] = False
+        done = states == _CODE[COMPLETE]
+        for number, (score, value) in (assume or {}).items():
+            if 0 <= number < len(states) and seen[number]:
+                done[number] = True
+                infeasible[number], values[number] = score, value
+        finished = seen & done
+        n_below = _gamma(int(np.count_nonzero(finished)))
+        feasible = np.flatnonzero(finished & (infeasible <= 0))
+        feasible = feasible[np.argsort(values[feasible], kind="stable")]
         k = min(n_below, len(feasible))
-        below, above = [t for t, _ in feasible[:k]], [t for t, _ in feasible[k:]]
+        below, above = [feasible[:k]], [feasible[k:]]
         n_below -= k
-        infeasible.sort(key=lambda x: x[1])
-        k = min(n_below, len(infeasible))
-        below += [t for t, _ in infeasible[:k]]
-        above += [t for t, _ in infeasible[k:]] + live
-        return sorted(below, key=_number), sorted(above, key=_number)
+        ranked = np.flatnonzero(finished & (infeasible > 0))
+        ranked = ranked[np.argsort(infeasible[ranked], kind="stable")]
+        k = min(n_below, len(ranked))
+        below.append(ranked[:k])
+        above += [ranked[k:], np.flatnonzero(seen & ~done)]
+        return np.sort(np.concatenate(below)), np.sort(np.concatenate(above))
 
-    def _estimator(self, trials: list[Trial], space: dict[str, Choices]) -> _Mixture:
-        """`_ParzenEstimator` of categorical parameters: the mixture's weights and, per
-        parameter, each kernel's probabilities (the last kernel is the prior)."""
-        rows = []
+    def _estimator(self, numbers: np.ndarray, space: dict[str, Choices]) -> _Mixture:
+        """`_ParzenEstimator` of categorical parameters, of these trials (in number order):
+        the mixture's weights and, per parameter, each kernel's probabilities (the last
+        kernel is the prior)."""
         names = tuple(space)
-        for t in trials:
-            row = t.codes.get(names, ())
-            if row == ():
-                # a running trial is seen through its whole sampled proposal, where it has one
-                params = t.relative if t.state == RUNNING and t.relative else t.params
-                row = ([self._index(n, space[n], params[n]) for n in space]
-                       if all(n in params for n in space) else None)
-                if t.state == COMPLETE:
-                    t.codes[names] = row
-            if row is not None:
-                rows.append(row)
-        n = len(rows)
+        table = self._codes.get(names)
+        if table is None or len(table) < len(self.trials):
+            grown = np.full((2 * len(self.trials) + 16, len(names)), -2, dtype=np.int64)
+            if table is not None:
+                grown[:len(table)] = table
+            table = self._codes[names] = grown
+        rows = table[numbers]
+        for j in np.flatnonzero(rows[:, 0] == -2):
+            t = self.trials[numbers[j]]
+            # a running trial is seen through its whole sampled proposal, where it has one
+            params = t.relative if t.state == RUNNING and t.relative else t.params
+            rows[j] = ([self._index(n, space[n], params[n]) for n in space]
+                       if all(n in params for n in space) else -1)
+            if t.state == COMPLETE:  # never changes again
+                table[t.number] = rows[j]
+        observed = rows[rows[:, 0] >= 0]
+        n = len(observed)
         weights = (np.append(_weights(n)[:n], [self.prior_weight]) if n else np.array([1.0]))
         weights /= weights.sum()
-        observed = np.array(rows, dtype=int).reshape(n, len(space))
         dists = []
         for i, choices in enumerate(space.values()):
             if n == 0:
@@ -262,11 +269,25 @@ class TPEStudy:
 
     # bookkeeping -------------------------------------------------------------------------
 
-    def _finish(self, trial: Trial, value: float, constraint: float) -> None:
-        trial.state, trial.value = COMPLETE, value
-        trial.infeasible = max(0.0, constraint)
-        self._complete += 1
+    def _new(self, state: str = RUNNING) -> Trial:
+        t = Trial(self, len(self.trials), state)
+        self.trials.append(t)
+        self._states.append(_CODE[state])
+        self._values.append(math.nan)
+        self._infeasible.append(0.0)
         self._version += 1
+        return t
+
+    def _mark(self, trial: Trial, state: str) -> None:
+        trial.state = state
+        self._states[trial.number] = _CODE[state]
+        self._version += 1
+
+    def _finish(self, trial: Trial, value: float, constraint: float) -> None:
+        trial.value, trial.infeasible = value, max(0.0, constraint)
+        self._values[trial.number], self._infeasible[trial.number] = value, trial.infeasible
+        self._mark(trial, COMPLETE)
+        self._complete += 1
 
     def _grown(self) -> list[dict[str, Choices]]:
         """The group decomposition of the finished trials' spaces (Optuna's
@@ -319,10 +340,6 @@ def _weights(n: int) -> np.ndarray:
     if n < 25:
         return np.ones(n)
     return np.concatenate([np.linspace(1.0 / n, 1.0, num=n - 25), np.ones(25)])
-
-
-def _number(t: Trial) -> int:
-    return t.number
 
 
 class _Mixture:
