@@ -9,8 +9,10 @@ candidate's check and its timing. Our spaces are categorical only and the sample
 live in one process, so this study keeps what TPE reads of each trial (its parameters, value
 and accuracy constraint) and proposes as `TPESampler(multivariate=..., group=...,
 constant_liar=True, constraints_func=constraint_of)` does on an Optuna study: the same random
-draws in the same order, hence the same proposals for the same seed (tests/test_samplers.py).
-The study in the database, for the dashboard, is still Optuna's (`_studies`).
+draws in the same order, hence the same proposals for the same seed (tests/test_samplers.py,
+where Optuna 5 is installed; this study does not use Optuna's sampler, so another Optuna
+changes nothing here). The study in the database, for the dashboard, is still Optuna's
+(`_studies`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import numpy as np
 
 from ._samplers import ATTR
 
-__all__ = ["COMPLETE", "FAIL", "RUNNING", "TPEStudy", "WAITING"]
+__all__ = ["COMPLETE", "FAIL", "FOLLOWS", "RUNNING", "TPEStudy", "WAITING"]
 
+FOLLOWS = "5."  # the Optuna releases whose TPESampler this proposes as
 COMPLETE, FAIL, RUNNING, WAITING = "COMPLETE", "FAIL", "RUNNING", "WAITING"
 _CODE = {WAITING: 0, RUNNING: 1, COMPLETE: 2, FAIL: 3}
 
