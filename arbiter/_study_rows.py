@@ -104,8 +104,12 @@ class TrialWriter:
                 if not rows:
                     continue
                 if by_driver(conn):
-                    compiled(f"optuna {name}", table.insert(), table, conn.dialect,
-                             list(rows[0])).run_many(driver_cursor(conn), rows)
+                    cur = driver_cursor(conn)
+                    try:
+                        compiled(f"optuna {name}", table.insert(), table, conn.dialect,
+                                 list(rows[0])).run_many(cur, rows)
+                    finally:
+                        cur.close()
                 else:
                     conn.execute(table.insert(), rows)
 
@@ -139,13 +143,17 @@ def _driver_trial_rows(conn: Any, tb: _Tables, rows: list[dict[str, Any]],
     """`_trial_rows` on SQLite's own cursor (`_store.driver`): each row's id is the cursor's
     last row id."""
     cur = driver_cursor(conn)
-    add = compiled("optuna trial", tb.trial.insert(), tb.trial, conn.dialect, list(rows[0]))
-    ids = [add.run(cur, row).lastrowid for row in rows]
-    count = compiled("optuna count", tb.count, tb.trial, conn.dialect, ["sid", "tid"])
-    first = count.run(cur, {"sid": study_id, "tid": ids[0]}).fetchone()[0]
-    compiled("optuna number", tb.number, tb.trial, conn.dialect, ["tid", "n"]).run_many(
-        cur, [{"tid": tid, "n": first + i} for i, tid in enumerate(ids)])
-    return ids
+    try:
+        add = compiled("optuna trial", tb.trial.insert(), tb.trial, conn.dialect,
+                       list(rows[0]))
+        ids = [add.run(cur, row).lastrowid for row in rows]
+        count = compiled("optuna count", tb.count, tb.trial, conn.dialect, ["sid", "tid"])
+        first = count.run(cur, {"sid": study_id, "tid": ids[0]}).fetchone()[0]
+        compiled("optuna number", tb.number, tb.trial, conn.dialect, ["tid", "n"]).run_many(
+            cur, [{"tid": tid, "n": first + i} for i, tid in enumerate(ids)])
+        return ids
+    finally:
+        cur.close()
 
 
 class _Tables:

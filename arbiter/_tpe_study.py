@@ -248,8 +248,10 @@ class TPEStudy:
         rows = table[numbers]
         for j in np.flatnonzero(rows[:, 0] == -2):
             t = self.trials[numbers[j]]
-            # a running trial is seen through its whole sampled proposal, where it has one
-            params = t.relative if t.state == RUNNING and t.relative else t.params
+            # a running trial is seen through its whole sampled proposal, where it has one,
+            # with what it was given or drew on its own over it (Optuna's `_get_params`)
+            params = ({**t.relative, **t.params} if t.state == RUNNING and t.relative
+                      else t.params)
             rows[j] = ([self._index(n, space[n], params[n]) for n in space]
                        if all(n in params for n in space) else -1)
             if t.state == COMPLETE:  # never changes again

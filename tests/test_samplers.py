@@ -116,3 +116,47 @@ def test_a_value_outside_the_choices_and_a_second_tell_are_refused():
     study.tell(t, 1.0)
     with pytest.raises(ValueError, match="not running"):
         study.tell(t, 2.0)
+
+
+@pytest.mark.skipif(not optuna.__version__.startswith(FOLLOWS),
+                    reason=f"our TPE study follows Optuna {FOLLOWS}x's TPESampler")
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_running_trial_that_drew_a_new_groups_values_alone_is_seen_as_optuna_sees_it(seed):
+    # lane b's group appears in no finished trial when its first trial is asked, so that
+    # trial draws b's values on its own; then a finished b trial arrives while it still runs:
+    # the constant liar must see its whole proposal, the values drawn alone included
+    from optuna.distributions import CategoricalDistribution
+
+    space = {"a": {"a.x": [1, 2, 4, 8], "a.y": [0, 1]}, "b": {"b.z": [16, 32, 64],
+                                                            "b.w": [0, 1, 2]}}
+
+    def dists(lane):
+        return {"lane": CategoricalDistribution(["a", "b"]), **{
+            n: CategoricalDistribution(c) for n, c in space[lane].items()}}
+
+    def run(study):
+        import random
+
+        r = random.Random(seed)
+        for _ in range(10):
+            p = {n: r.choice(c) for n, c in space["a"].items()}
+            study.add_trial(finished_trial({"lane": "a", **p}, dists("a"), r.random(),
+                                           {"constraint": -1.0}))
+        out, kept = [], None
+        for _ in range(40):
+            t = study.ask()
+            lane = t.suggest_categorical("lane", ["a", "b"])
+            for n, c in space[lane].items():
+                t.suggest_categorical(n, c)
+            out.append(dict(t.params))
+            if lane == "b" and kept is None:
+                kept = t  # left running
+                study.add_trial(finished_trial({"lane": "b", "b.z": 16, "b.w": 0}, dists("b"),
+                                               0.1, {"constraint": -1.0}))
+                continue
+            t.set_user_attr(ATTR, {"constraint": -1.0})
+            _tell(study, t, r.random() + (0.0 if lane == "a" else 0.5))
+        assert kept is not None
+        return out
+
+    assert run(make_study("tpe", seed)) == run(_optuna_study("tpe", seed))

@@ -62,8 +62,10 @@ def compiled(name: str, statement: Any, table: Any, dialect: Any,
 
 
 def by_driver(conn: Any) -> bool:
-    """Are `conn`'s statements run on the driver's cursor (SQLite with RETURNING)?"""
-    return bool(conn.dialect.name == "sqlite" and conn.dialect.insert_returning)
+    """Are `conn`'s statements run on the driver's cursor (the standard library's sqlite3,
+    whose errors are `DriverError`, with RETURNING)?"""
+    return bool(conn.dialect.name == "sqlite" and conn.dialect.driver == "pysqlite"
+                and conn.dialect.insert_returning)
 
 
 def driver_cursor(conn: Any) -> Any:
