@@ -7,7 +7,8 @@ x86_c candidate on SQLite, 95% of it Python. The search writes one per measured 
 with a warm build cache that was more than the worker's check could hide.
 
 Here the same rows go in through Optuna's own tables (so the installed version's column types
-and datetime convention apply) as Core statements, every pending trial in one transaction:
+and datetime convention apply) as Core statements (on SQLite, run on the driver's cursor:
+`_store.driver`), every pending trial in one transaction:
 the study's row locked first, as Optuna does (several workers on PostgreSQL), the trials' rows
 inserted (returning their ids) and numbered by the trials before them, then their parameters,
 values and attributes: one statement per table for the whole batch. The distributions need
