@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select
 
 from ._errors import StoreError
 from ._store import (
@@ -105,17 +105,6 @@ _FIND_CANDIDATE = select(CandidateModel.id).where(
 
 
 _ADD_MEASUREMENT = insert(MeasurementModel)
-_FIND_REGION = select(RegionModel.id, RegionModel.name).where(RegionModel.key == bindparam("key"))
-_FIND_ENVIRONMENT = select(EnvironmentModel.id).where(
-    EnvironmentModel.fingerprint == bindparam("fp"))
-_FIND_LANE = select(LaneModel.id).where(LaneModel.name == bindparam("name"),
-                                        LaneModel.version == bindparam("version"))
-
-
-def _added(conn: Any, model: Any, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(model), values).inserted_primary_key
-    assert key is not None
-    return int(key[0])
 
 
 def _driver_statements(dialect: Any) -> tuple[DriverSQL, DriverSQL, DriverSQL]:
@@ -184,29 +173,9 @@ class Records:
         def find_or_add() -> tuple[int, int, dict[str, int]]:
             # Core statements, not a session's flushes: this is in every sweep's start-up
             with connection_scope(self.url) as conn:
-                got = conn.execute(_FIND_REGION, {"key": region.key}).first()
-                if got is None:
-                    rid = _added(conn, RegionModel, {
-                        "key": region.key, "name": region.name, "kind": region.kind,
-                        "canonical": json.dumps(region.canonical(), sort_keys=True)})
-                else:
-                    rid = got[0]
-                    if region.name and got[1] != region.name:  # the latest label
-                        conn.execute(update(RegionModel).where(RegionModel.id == rid).values(
-                            name=region.name))
-                eid = conn.execute(_FIND_ENVIRONMENT, {"fp": fingerprint.hash}).scalar()
-                if eid is None:
-                    eid = _added(conn, EnvironmentModel, {
-                        "fingerprint": fingerprint.hash,
-                        "details": json.dumps(dict(fingerprint), sort_keys=True)})
-                lane_ids = {}
-                for ln in lanes:
-                    version = str(ln.version)
-                    lid = conn.execute(_FIND_LANE, {"name": ln.name, "version": version}
-                                       ).scalar()
-                    lane_ids[ln.name] = lid if lid is not None else _added(conn, LaneModel, {
-                        "name": ln.name, "version": version, "platform": ln.platform.value})
-                return rid, eid, lane_ids
+                return (RegionModel.id_for(conn, region),
+                        EnvironmentModel.id_for(conn, fingerprint.hash, dict(fingerprint)),
+                        {ln.name: LaneModel.id_for(conn, ln) for ln in lanes})
 
         region_id, env_id, lane_ids = once_more_on_conflict(find_or_add)
         self._lane_names.update((i, n) for n, i in lane_ids.items())

@@ -25,8 +25,12 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    bindparam,
+    insert,
     select,
+    update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -80,16 +84,20 @@ class RegionModel(Base):
         return session.scalars(select(cls).where(cls.key == key)).first()
 
     @classmethod
+    def id_for(cls, conn: Connection, region: Any) -> int:
+        """The region's row id, the row added if new (Core statements: a sweep's start-up)."""
+        got = conn.execute(_FIND_REGION, {"key": region.key}).first()
+        if got is None:
+            return _added(conn, cls, {
+                "key": region.key, "name": region.name, "kind": region.kind,
+                "canonical": json.dumps(region.canonical(), sort_keys=True)})
+        if region.name and got[1] != region.name:  # the latest label; identity is the key
+            conn.execute(update(cls).where(cls.id == got[0]).values(name=region.name))
+        return int(got[0])
+
+    @classmethod
     def find_or_add(cls, session: Session, region: Any) -> RegionModel:
-        row = cls.find(session, region.key)
-        if row is None:
-            row = cls(key=region.key, name=region.name, kind=region.kind,
-                      canonical=json.dumps(region.canonical(), sort_keys=True))
-            session.add(row)
-            session.flush()
-        elif region.name and row.name != region.name:
-            row.name = region.name  # the latest label; identity is the key
-        return row
+        return _loaded(session, cls, cls.id_for(session.connection(), region))
 
 
 class EnvironmentModel(Base):
@@ -106,13 +114,14 @@ class EnvironmentModel(Base):
         return session.scalars(select(cls).where(cls.fingerprint == fingerprint)).first()
 
     @classmethod
+    def id_for(cls, conn: Connection, fingerprint: str, details: dict) -> int:
+        got = conn.execute(_FIND_ENVIRONMENT, {"fp": fingerprint}).scalar()
+        return int(got) if got is not None else _added(conn, cls, {
+            "fingerprint": fingerprint, "details": json.dumps(details, sort_keys=True)})
+
+    @classmethod
     def find_or_add(cls, session: Session, fingerprint: str, details: dict) -> EnvironmentModel:
-        row = cls.find(session, fingerprint)
-        if row is None:
-            row = cls(fingerprint=fingerprint, details=json.dumps(details, sort_keys=True))
-            session.add(row)
-            session.flush()
-        return row
+        return _loaded(session, cls, cls.id_for(session.connection(), fingerprint, details))
 
 
 class LaneModel(Base):
@@ -125,15 +134,33 @@ class LaneModel(Base):
     platform: Mapped[str] = mapped_column(String(16))
 
     @classmethod
+    def id_for(cls, conn: Connection, lane: Any) -> int:
+        version = str(lane.version)
+        got = conn.execute(_FIND_LANE, {"name": lane.name, "version": version}).scalar()
+        return int(got) if got is not None else _added(conn, cls, {
+            "name": lane.name, "version": version, "platform": lane.platform.value})
+
+    @classmethod
     def find_or_add(cls, session: Session, lane: Any) -> LaneModel:
-        row = session.scalars(
-            select(cls).where(cls.name == lane.name, cls.version == str(lane.version))
-        ).first()
-        if row is None:
-            row = cls(name=lane.name, version=str(lane.version), platform=lane.platform.value)
-            session.add(row)
-            session.flush()
-        return row
+        return _loaded(session, cls, cls.id_for(session.connection(), lane))
+
+
+_FIND_REGION = select(RegionModel.id, RegionModel.name).where(RegionModel.key == bindparam("key"))
+_FIND_ENVIRONMENT = select(EnvironmentModel.id).where(
+    EnvironmentModel.fingerprint == bindparam("fp"))
+_FIND_LANE = select(LaneModel.id).where(LaneModel.name == bindparam("name"),
+                                        LaneModel.version == bindparam("version"))
+
+
+def _added(conn: Connection, model: Any, values: dict[str, Any]) -> int:
+    key = conn.execute(insert(model), values).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _loaded(session: Session, model: Any, row_id: int) -> Any:
+    """The row `id_for` found or added, as the session's object (refreshed: Core wrote it)."""
+    return session.get(model, row_id, populate_existing=True)
 
 
 class CandidateModel(Base):
