@@ -42,8 +42,6 @@ class Trial:
         self.state = state  # set through the study (`_mark`), which keeps its arrays
         self.params: dict[str, Any] = {}
         self.choices: dict[str, Choices] = {}
-        self.value: float | None = None
-        self.infeasible = 0.0  # the accuracy constraint's violation (0: within budget)
         self.user_attrs: dict[str, Any] = {}
         self.groups: list[dict[str, Choices]] = []  # the relative search space at the ask
         self.relative: dict[str, Any] | None = None  # sampled at the first suggest needing it
@@ -80,7 +78,8 @@ class TPEStudy:
         self.n_startup_trials, self.n_ei_candidates = n_startup_trials, n_ei_candidates
         self.prior_weight = prior_weight
         self.trials: list[Trial] = []
-        # per trial number, for the split: its state's code, value, infeasibility
+        # per trial number, for the split: its state's code, value (once finished) and
+        # infeasibility
         self._states: list[int] = []
         self._values: list[float] = []
         self._infeasible: list[float] = []
@@ -289,8 +288,8 @@ class TPEStudy:
         self._version += 1
 
     def _finish(self, trial: Trial, value: float, constraint: float) -> None:
-        trial.value, trial.infeasible = value, max(0.0, constraint)
-        self._values[trial.number], self._infeasible[trial.number] = value, trial.infeasible
+        # the accuracy constraint's violation (0: within budget)
+        self._values[trial.number], self._infeasible[trial.number] = value, max(0.0, constraint)
         self._mark(trial, COMPLETE)
         self._complete += 1
 
@@ -305,9 +304,7 @@ class TPEStudy:
                 self._grouped.add(t.number)
         return self._groups
 
-    def _index(self, name: str, choices: Choices | None, value: Any) -> int:
-        if choices is None:
-            raise KeyError(name)
+    def _index(self, name: str, choices: Choices, value: Any) -> int:
         index = self._index_of.get((name, choices))
         if index is None:
             index = self._index_of[(name, choices)] = {}

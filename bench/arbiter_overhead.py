@@ -39,8 +39,8 @@
    3% of the best recorded latency is found, median and 90th percentile over 20 seeds
    (`--seeds`), and the time spent asking per candidate (perf_counter around the Asker's
    calls). `tpe-optuna` is the default's settings on Optuna's own TPESampler and study: the
-   same proposals, but a proposal asked ahead is dropped by the rule of thumb (as on any
-   Optuna study), at the cost of Optuna's asks and tells.
+   same sampler, but a proposal asked ahead is dropped by the rule of thumb (as on any Optuna
+   study), at the cost of Optuna's asks and tells.
 """
 
 from __future__ import annotations
