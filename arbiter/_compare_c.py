@@ -1,11 +1,15 @@
-"""The comparison's squared differences in one pass of C, where a C compiler builds it.
+"""The comparison's pass over an output in C, where a C compiler builds it: the squared
+differences' sum and largest, the elements left poisoned and those NaN or Inf, and, for a
+check's output buffer, the poison put back for the next candidate's run.
 
 numpy makes five passes over each chunk of an output (cast, subtract, square, sum, max):
 0.29 ms for 512K elements on this project's 2-core machine and 0.9 ms on the H200 host,
-whose cores are slower. The loop below reads each element once: 0.07 ms here. It is built
-with the lanes' C compiler (`ARBITER_CC`) into the build cache, in a thread, the first time a
-process asks for it; until then, and wherever it does not build or load, numpy does the work
-(`_oracle._squares`), to the same result within rounding.
+whose cores are slower. The loop below reads each element once: 0.07 ms here. Poisoning the
+buffer again in the same pass, while its lines are in cache, added 0.01 ms to two such
+comparisons on a 2-core Xeon VM, where a fill of a cold buffer before the next run took 0.3
+ms. It is built with the lanes' C compiler (`ARBITER_CC`) into the build cache, in a thread,
+the first time a process asks for it; until then, and wherever it does not build or load,
+numpy does the work (`_oracle._sums`), to the same result within rounding.
 """
 
 from __future__ import annotations
@@ -20,47 +24,78 @@ from pathlib import Path
 import numpy as np
 
 from ._build import build_key, cached_build, run_tool
+from ._inputs import POISON_BITS
 from ._settings import settings
 
-__all__ = ["fits", "squares", "squares_when_built"]
+__all__ = ["Sums", "fits", "squares", "squares_when_built"]
 
 # Eight running sums and maxima, so the compiler can keep them in vector registers without
 # reordering one sum (it may not, without -ffast-math). On x86-64 the loop is also built for
-# AVX2, picked at load time where the CPU has it (3x the SSE2 build's speed here).
+# AVX2, picked at load time where the CPU has it (3x the SSE2 build's speed here). The
+# faults are counted on the float's bits: the poison is one exact pattern, and NaN or Inf
+# is an all-ones exponent.
 SOURCE = r"""
 #include <stdint.h>
+#include <string.h>
+
+#define ALL_ONES 0x7f800000u
 
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void arbiter_squares(const float *out, const double *ref, int64_t n, double *res) {
+void arbiter_squares(float *out, const double *ref, int64_t n, uint32_t poison,
+                     int repoison, double *res) {
     double sum[8] = {0}, top[8] = {0};
+    int64_t left[8] = {0}, bad[8] = {0};
+    float p;
+    memcpy(&p, &poison, sizeof p);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
+    for (; i + 8 <= n; i += 8) {
         for (int j = 0; j < 8; j++) {
+            uint32_t bits;
+            memcpy(&bits, out + i + j, sizeof bits);
             double d = (double)out[i + j] - ref[i + j];
             double s = d * d;
             sum[j] += s;
             top[j] = s > top[j] ? s : top[j];
+            left[j] += bits == poison;
+            bad[j] += (bits & ALL_ONES) == ALL_ONES;
         }
+        if (repoison)
+            for (int j = 0; j < 8; j++)
+                out[i + j] = p;
+    }
     double a = 0, m = 0;
+    int64_t u = 0, f = 0;
     for (; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, out + i, sizeof bits);
         double d = (double)out[i] - ref[i];
         double s = d * d;
         a += s;
         m = s > m ? s : m;
+        u += bits == poison;
+        f += (bits & ALL_ONES) == ALL_ONES;
+        if (repoison)
+            out[i] = p;
     }
     for (int j = 0; j < 8; j++) {
         a += sum[j];
         m = top[j] > m ? top[j] : m;
+        u += left[j];
+        f += bad[j];
     }
     res[0] = a;
     res[1] = m;
+    res[2] = (double)u;
+    res[3] = (double)f;
 }
 """
 FLAGS = ("-O2", "-ftree-vectorize", "-shared", "-fPIC")
 
-Squares = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
+# (sum of squared differences, the largest one, elements left poisoned, elements NaN or Inf)
+Sums = tuple[float, float, int, int]
+Squares = Callable[[np.ndarray, np.ndarray, bool], Sums]
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Squares | None] = {}  # "loop": the loaded loop (None: none in this process)
@@ -74,9 +109,10 @@ def fits(out: np.ndarray, ref: np.ndarray) -> bool:
 
 
 def squares() -> Squares | None:
-    """The C loop: `(out, ref) -> (sum, largest)` of (out - ref)**2 over a float32 and a
-    float64 array, both contiguous and of one size. None while it is being built (the first
-    call in a process starts that) or where it cannot be; never waits for a compiler."""
+    """The C loop: `(out, ref, repoison) -> Sums` over a float32 and a float64 array, both
+    contiguous and of one size; with `repoison`, `out` holds the poison afterwards. None
+    while it is being built (the first call in a process starts that) or where it cannot
+    be; never waits for a compiler."""
     with _LOCK:
         if "loop" in _STATE:
             return _STATE["loop"]
@@ -124,15 +160,19 @@ def _built() -> Path:
 
 def _load(path: Path) -> Squares:
     fn = ctypes.CDLL(str(path)).arbiter_squares  # ctypes lets go of the GIL during the call
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint32,
+                   ctypes.c_int, ctypes.c_void_p]
     fn.restype = None
 
-    def run(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    def run(out: np.ndarray, ref: np.ndarray, repoison: bool = False) -> Sums:
         if not fits(out, ref):
             raise ValueError("squares: a contiguous float32 and float64 array of one size")
-        res = np.empty(2, np.float64)
-        fn(out.ctypes.data, ref.ctypes.data, out.size, res.ctypes.data)
-        return float(res[0]), float(res[1])
+        if repoison and not out.flags.writeable:
+            raise ValueError("squares: a read-only output cannot be poisoned again")
+        res = np.empty(4, np.float64)
+        fn(out.ctypes.data, ref.ctypes.data, out.size, int(POISON_BITS), int(repoison),
+           res.ctypes.data)
+        return float(res[0]), float(res[1]), int(res[2]), int(res[3])
 
     return run
 

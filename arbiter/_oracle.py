@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ._compare_c import fits, squares
+from ._compare_c import Sums, fits, squares
 from ._errors import InputError
-from ._inputs import output_shape, untouched_count, validate_inputs
+from ._inputs import POISON_BITS, output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
 from ._parts import PART_MIN, cores_but_one, in_parts
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
@@ -186,54 +186,55 @@ def frobenius(a: np.ndarray) -> float:
     return math.sqrt(total)
 
 
-def _faults(flat_out: np.ndarray) -> tuple[int, int]:
-    """Elements still holding the poison, and elements NaN or Inf (the poison included)."""
-    untouched = nonfinite = 0
-    for s in range(0, flat_out.size, CHUNK):
-        o = flat_out[s:s + CHUNK]
-        untouched += untouched_count(o)
-        nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
-    return untouched, nonfinite
-
-
-def _squares(flat_out: np.ndarray, flat_ref: np.ndarray, lo: int, hi: int) -> tuple[float, float]:
-    """Sum and largest of the squared differences over lo..hi: in one pass of C once it is
-    built (`_compare_c`), else a cached chunk at a time."""
+def _sums(flat_out: np.ndarray, flat_ref: np.ndarray, lo: int, hi: int,
+          repoison: bool) -> Sums:
+    """`Sums` over lo..hi, and with `repoison` the poison put back there: in one pass of C
+    once it is built (`_compare_c`), else a cached chunk at a time (a chunk's faults counted
+    only when its sum is not finite: the poison is a NaN, and a float32 difference squared
+    cannot overflow float64)."""
     loop = squares()
     if loop is not None and fits(flat_out, flat_ref):
-        return loop(flat_out[lo:hi], flat_ref[lo:hi])
+        return loop(flat_out[lo:hi], flat_ref[lo:hi], repoison)
     buf = np.empty(min(CHUNK, hi - lo), np.float64)
     sumsq = max_sq = 0.0
+    untouched = nonfinite = 0
     for s in range(lo, hi, CHUNK):
         o = flat_out[s:min(s + CHUNK, hi)]
         d = buf[:o.size]
         d[...] = o  # one plain cast: a mixed-type subtract casts in small buffered pieces
         np.subtract(d, flat_ref[s:s + o.size], out=d)
         np.square(d, out=d)
-        sumsq += float(d.sum())
+        part = float(d.sum())
+        sumsq += part
         max_sq = max(max_sq, float(d.max()))
-    return sumsq, max_sq
+        if not math.isfinite(part):
+            untouched += untouched_count(o)
+            nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
+        if repoison:
+            o.view(np.uint32).fill(POISON_BITS)
+    return sumsq, max_sq, untouched, nonfinite
 
 
 def compare(out: np.ndarray, ref: np.ndarray, budget: float,
             norm_ref: float | None = None, threads: int | None = None,
-            part_min: int = PART_MIN) -> Verdict:
+            part_min: int = PART_MIN, repoison: bool = False) -> Verdict:
     """Judge `out` against `ref`: poison left behind, NaN/Inf, then relative Frobenius error.
 
     `norm_ref` is `||ref||` when the caller already has it (the check compares many candidates
     against one reference). A large output is compared in parts on the free cores
-    (`_parts.in_parts`; `threads` and `part_min` override how many)."""
+    (`_parts.in_parts`; `threads` and `part_min` override how many). With `repoison`, `out`
+    (contiguous) holds the poison afterwards, ready for the next run into it."""
     if out.shape != ref.shape:
         raise InputError(f"output shape {out.shape} != reference shape {ref.shape}")
+    if repoison and not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("compare: only a writeable contiguous output is poisoned again")
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
-    parts = in_parts(out.size, lambda lo, hi: _squares(flat_out, flat_ref, lo, hi),
+    parts = in_parts(out.size, lambda lo, hi: _sums(flat_out, flat_ref, lo, hi, repoison),
                      align=CHUNK, threads=threads, part_min=part_min)
     sumsq = sum(p[0] for p in parts)
     max_sq = max(p[1] for p in parts)
-    # the poison is a NaN: one sum over the squared differences is finite only when every
-    # element was written and is finite (a float32 difference squared cannot overflow float64),
-    # so the elements are counted one by one only for a faulty output
-    untouched, nonfinite = (0, 0) if math.isfinite(sumsq) else _faults(flat_out)
+    untouched = sum(p[2] for p in parts)
+    nonfinite = sum(p[3] for p in parts)
     # the largest |difference|, exactly (sqrt(x*x) == |x| while x*x does not underflow:
     # below 1e-154, far under any budget)
     max_abs = math.sqrt(max_sq)

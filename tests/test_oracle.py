@@ -15,7 +15,7 @@ from arbiter import (
     random_inputs,
     reference,
 )
-from arbiter._inputs import poison
+from arbiter._inputs import poison, untouched_count
 
 
 def f32(x):
@@ -179,21 +179,59 @@ def test_the_comparisons_c_loop_agrees_with_numpys_passes(n, monkeypatch):
     ref = 3 * rng.standard_normal(n)
     out = (ref * (1 + 1e-4 * rng.standard_normal(n))).astype(np.float32)
     diff = out.astype(np.float64) - ref
-    total, top = loop(out, ref)
+    total, top, untouched, nonfinite = loop(out, ref, False)
     assert total == pytest.approx(float(np.dot(diff, diff)), rel=1e-12)
     assert top == (diff * diff).max()  # the same float64 difference, squared: exactly
+    assert untouched == nonfinite == 0
     fast = compare(out, ref, 1e-3, norm_ref=float(np.linalg.norm(ref)))
     _numpy_only(monkeypatch)
     slow = compare(out, ref, 1e-3, norm_ref=float(np.linalg.norm(ref)))
     assert fast.status is slow.status is Status.OK and fast.max_abs == slow.max_abs
     assert fast.rel_error == pytest.approx(slow.rel_error, rel=1e-12)
-    # a fault anywhere, the last partial group of eight included, spoils the sum
-    for bad in (np.nan, np.inf, -np.inf):
+    # a fault anywhere, the last partial group of eight included, spoils the sum and is
+    # counted, before the poison is put back
+    for bad in (np.nan, np.inf, -np.inf, None):
         faulty = out.copy()
-        faulty[-1] = bad
-        assert not math.isfinite(loop(faulty, ref)[0])
+        if bad is None:
+            poison(faulty[-1:])
+        else:
+            faulty[-1] = bad
+        for repoison in (False, True):
+            total, _, untouched, nonfinite = loop(faulty if repoison else faulty.copy(), ref,
+                                                  repoison)
+            assert not math.isfinite(total) and nonfinite == 1
+            assert untouched == (bad is None)
+        assert untouched_count(faulty) == n
     with pytest.raises(ValueError, match="contiguous"):
-        loop(out.astype(np.float64), ref)
+        loop(out.astype(np.float64), ref, False)
+    frozen = out.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        loop(frozen, ref, True)
+
+
+@pytest.mark.parametrize("numpy_only", [False, True], ids=["c-loop", "numpy"])
+def test_a_comparison_that_puts_the_poison_back_judges_as_one_that_does_not(numpy_only,
+                                                                            monkeypatch):
+    from arbiter._compare_c import squares_when_built
+    from arbiter._oracle import CHUNK
+
+    if not numpy_only and squares_when_built() is None:
+        pytest.skip("no C compiler builds the comparison's loop here")
+    if numpy_only:
+        _numpy_only(monkeypatch)
+    rng = np.random.default_rng()
+    ref = rng.standard_normal((3, CHUNK + 5))
+    out = (ref * (1 + 1e-5 * rng.standard_normal(ref.shape))).astype(np.float32)
+    half = out.copy()
+    poison(half[2:])
+    for given, status in ((out, Status.OK), (half, Status.UNTOUCHED)):
+        kept = compare(given.copy(), ref, 1e-3)
+        v = compare(given, ref, 1e-3, repoison=True)
+        assert v == kept and v.status is status
+        assert untouched_count(given) == given.size
+    with pytest.raises(ValueError, match="contiguous"):
+        compare(out.T, ref.T, 1e-3, repoison=True)
 
 
 def test_without_a_compiler_the_comparison_is_numpys(monkeypatch, tmp_path):
@@ -213,7 +251,6 @@ def test_without_a_compiler_the_comparison_is_numpys(monkeypatch, tmp_path):
 
 def test_poison_in_parts_reaches_every_element(monkeypatch):
     from arbiter import _inputs, _parts
-    from arbiter._inputs import untouched_count
 
     monkeypatch.setattr(_parts, "cores_but_one", lambda: 3)
     monkeypatch.setattr(_inputs, "POISON_PART_MIN", 1 << 10)
@@ -279,8 +316,10 @@ def test_seeds_outputs_compared_side_by_side_get_the_verdict_of_one_at_a_time(mo
     seeds = [21, 22, 23]
     chosen = [_check._case(r, s) for s in seeds]
     rng = np.random.default_rng()
-    for c in chosen:
-        c.out[...] = c.reference * (1 + 1e-5 * rng.standard_normal(c.reference.shape))
+    good = [(c.reference * (1 + 1e-5 * rng.standard_normal(c.reference.shape))).astype(np.float32)
+            for c in chosen]
+    for c, g in zip(chosen, good):
+        c.out[...] = g
     names = []
     plain = _check.compare
 
@@ -290,12 +329,14 @@ def test_seeds_outputs_compared_side_by_side_get_the_verdict_of_one_at_a_time(mo
 
     monkeypatch.setattr(_check, "compare", watched)
     verdict, log = _check._judge(seeds, chosen, 1e-3)
-    alone = [plain(c.out, c.reference, 1e-3) for c in chosen]
+    alone = [plain(g, c.reference, 1e-3) for c, g in zip(chosen, good)]
     assert all(n.startswith("arbiter-parts") for n in names) and len(names) == 3
     assert verdict.status is Status.OK
     assert verdict.rel_error == pytest.approx(max(v.rel_error for v in alone), rel=1e-12)
     assert [line.split(":")[0] for line in log.splitlines()] == [f"seed {s}" for s in seeds]
     # the first failure in the seeds' order, whichever finished first
+    for c, g in zip(chosen, good):
+        c.out[...] = g
     chosen[1].out[5, 7] = np.nan
     poison(chosen[2].out)
     verdict, log = _check._judge(seeds, chosen, 1e-3)
@@ -370,3 +411,39 @@ def test_random_inputs_are_standard_normal():
         assert abs(np.mean(np.abs(x) < k) - math.erf(k / math.sqrt(2))) < 2e-3
     odd = standard_normal(np.random.default_rng(11), (3, 5))
     assert odd.shape == (3, 5) and odd.dtype == np.float32 and np.all(np.isfinite(odd))
+
+
+@pytest.mark.parametrize("numpy_only", [False, True], ids=["c-loop", "numpy"])
+def test_a_candidate_after_a_good_one_on_the_same_cases_is_caught_leaving_its_output(
+        numpy_only, monkeypatch):
+    # the comparison of one candidate poisons the buffers the next one runs into
+    from arbiter import _check
+    from arbiter._compare_c import squares_when_built
+    from tests.fake_lanes import FakeLane, untouched
+
+    if not numpy_only and squares_when_built() is None:
+        pytest.skip("no C compiler builds the comparison's loop here")
+    if numpy_only:
+        _numpy_only(monkeypatch)
+
+    class Half(FakeLane):
+        name = "fake_half"
+
+        def fill(self, region, a, out, config):
+            super().fill(region, a, out, config)
+            poison(out[: out.shape[0] // 2])
+
+    r = RowwiseRegion(256, 1024, epilogue=("bias", "gelu"), residual=True)
+    seeds = _check.fresh_seeds(2)
+    _check.forget_cases()
+    try:
+        for lane, status in ((FakeLane(), Status.OK), (untouched, Status.UNTOUCHED),
+                             (FakeLane(), Status.OK), (Half(), Status.UNTOUCHED),
+                             (FakeLane(), Status.OK)):
+            m = _check.check_candidate(lane, r, lane.space(r).default, 1e-3, seeds=seeds)
+            assert m.status is status, m.log
+            if status is Status.UNTOUCHED:
+                assert "elements unwritten" in m.log
+        assert all(untouched_count(c.out) == c.out.size for c in _check.cases(r, seeds))
+    finally:
+        _check.forget_cases()
