@@ -1,6 +1,7 @@
 """The arbiter's own cost per trial, a re-run of a tuned spec, and samplers on a measured space.
 
-    python3 bench/arbiter_overhead.py [--out bench/arbiter_overhead.json]
+    python3 bench/arbiter_overhead.py [--out FILE]      # FILE: bench/arbiter_overhead.json
+    python3 bench/arbiter_overhead.py --only-overhead  # (1) only, printed (--out to keep it)
     python3 bench/arbiter_overhead.py --warm N   # (1), then N sweeps of (1)'s warm-cache case
 
 1. Exhaustive sweep of one region (x86_c + numpy, every config) into a fresh SQLite file and
@@ -319,7 +320,8 @@ def warm_only(n: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "arbiter_overhead.json"))
+    ap.add_argument("--out", help="where the results go (default: bench/arbiter_overhead.json "
+                                  "for a full run; with --only-overhead, nowhere but stdout)")
     ap.add_argument("--rerun-trials", type=int, default=6)
     ap.add_argument("--seeds", type=int, default=SEEDS, help="sampler replay seeds")
     ap.add_argument("--only-overhead", action="store_true",
@@ -371,7 +373,9 @@ def main() -> None:
                 flush=True)
             result["rerun"] = rerun(tmp, args.rerun_trials)
             print(json.dumps(result["rerun"], indent=1), flush=True)
-    Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    out = args.out or (None if args.only_overhead else ROOT / "bench" / "arbiter_overhead.json")
+    if out is not None:
+        Path(out).write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":
