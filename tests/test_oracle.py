@@ -54,6 +54,34 @@ def test_silu_sigmoid_tanh_by_hand():
         np.testing.assert_allclose(reference(RowwiseRegion(1, 3, epilogue=(op,)), {"X": x}), expect)
 
 
+def test_the_chains_in_place_ops_are_their_formulas_to_the_bit():
+    from arbiter import _oracle
+
+    c = math.sqrt(2 / math.pi)
+    formulas = {
+        "relu": lambda x: np.maximum(x, 0.0),
+        "gelu": lambda x: 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x * x * x))),
+        "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
+        "silu": lambda x: x * (0.5 * (1.0 + np.tanh(0.5 * x))),
+        "tanh": np.tanh,
+    }
+    eps = 1e-5
+    rows = {
+        "softmax": lambda x: np.exp(x - x.max(axis=-1, keepdims=True))
+        / np.exp(x - x.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True),
+        "rmsnorm": lambda x: x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps),
+        "layer_norm": lambda x: (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(np.mean(
+            (x - x.mean(axis=-1, keepdims=True)) ** 2, axis=-1, keepdims=True) + eps),
+    }
+    x = 4 * np.random.default_rng().standard_normal((64, 333))
+    assert formulas.keys() == _oracle.POINTWISE.keys() and rows.keys() == _oracle.REDUCTIONS.keys()
+    for name, formula in formulas.items():
+        given = x.copy()
+        assert np.array_equal(_oracle.POINTWISE[name](given), formula(x)), name
+    for name, formula in rows.items():
+        assert np.array_equal(_oracle.REDUCTIONS[name](x.copy(), eps), formula(x)), name
+
+
 def test_residual_then_softmax_order():
     r = RowwiseRegion(1, 2, epilogue=("bias",), residual=True, reduction="softmax")
     out = reference(r, {"X": f32([[0, 0]]), "bias": f32([1, 0]), "residual": f32([[0, 1]])})
