@@ -98,18 +98,18 @@ def _chain(
     residual: np.ndarray | None,
     reduction: Reduction | None,
     eps: float,
-) -> np.ndarray:
-    """The ops after the matmul, on `x` in place (a float64 block the caller gives up)."""
+) -> None:
+    """The ops after the matmul, on the float64 block `x` in place (a float32 residual is
+    added as float64: the cast is exact)."""
     for op in epilogue:
         if op is Epilogue.BIAS:
             x += bias
         else:
-            x = POINTWISE[op.value](x)
+            POINTWISE[op.value](x)
     if residual is not None:
         x += residual
     if reduction is not None:
-        x = REDUCTIONS[reduction.value](x, eps)
-    return x
+        REDUCTIONS[reduction.value](x, eps)
 
 
 def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -177,15 +177,20 @@ def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
     residual = a.get("residual")
     out = np.empty(output_shape(region), np.float64)
     step = max(1, BLOCK_ELEMENTS // out.shape[1])
-    # every op after the matmul works row by row, so each block of rows is done in full
+    # every op after the matmul works row by row, so each block of rows is done in full, in
+    # its place in the result
     for s in range(0, out.shape[0], step):
-        x = rows[s:s + step].astype(np.float64)
+        block = out[s:s + step]
         if b is not None:
+            x = rows[s:s + step].astype(np.float64)
             for op in region.prologue:  # type: ignore[union-attr]
-                x = POINTWISE[Pointwise(op).value](x)
-            x = x @ b
-        res = residual[s:s + step].astype(np.float64) if residual is not None else None
-        out[s:s + step] = _chain(x, region.epilogue, bias, res, region.reduction, region.eps)
+                POINTWISE[Pointwise(op).value](x)
+            block[...] = x @ b
+        else:
+            block[...] = rows[s:s + step]
+        _chain(block, region.epilogue, bias,
+               residual[s:s + step] if residual is not None else None, region.reduction,
+               region.eps)
     return out
 
 
