@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select
 
-from ._errors import StoreError
 from ._store import (
     CandidateModel,
     EnvironmentModel,
@@ -28,8 +27,8 @@ from ._store import (
     once_more_on_conflict,
     require_current,
     session_scope,
+    statements_scope,
 )
-from ._store.driver import DriverError, DriverSQL, by_driver, compiled, driver_cursor
 from ._store.models import FINAL, SWEEP, VERIFY, _now
 from ._values import Config, Measurement, Status
 
@@ -105,37 +104,17 @@ _FIND_CANDIDATE = select(CandidateModel.id).where(
 
 
 _ADD_MEASUREMENT = insert(MeasurementModel)
-
-
-def _driver_statements(dialect: Any) -> tuple[DriverSQL, DriverSQL, DriverSQL]:
-    """The record's statements: the candidate's insert returning its id, its lookup, the
-    measurement's insert (every column given)."""
-    candidates, measurements = CandidateModel.__table__, MeasurementModel.__table__
-    return (compiled("add candidate", _add_candidate(dialect.name, True), candidates, dialect,
-                     [c.name for c in candidates.c if not c.primary_key]),
-            compiled("find candidate", _FIND_CANDIDATE, candidates, dialect,
-                     list(_CANDIDATE_KEYS)),
-            compiled("add measurement", _ADD_MEASUREMENT, measurements, dialect,
-                     [c.name for c in measurements.c if not c.primary_key]))
-
-
-def _driver_write(conn: Any, candidate: dict[str, Any], row: dict[str, Any], url: str) -> int:
-    """The record's inserts on the SQLite driver's own cursor, in `conn`'s transaction: the
-    statements SQLAlchemy compiled for them (once), without its execution layer, which took
-    ~3/4 of a record's time (~1 ms of CPU a trial in a sweep on the H200 host's speed)."""
-    add, find, measure = _driver_statements(conn.dialect)
-    now = _now()
-    cur = driver_cursor(conn)
-    try:
-        got = add.run(cur, {**candidate, "created_at": now}).fetchone()
-        if got is None:  # recorded before: look it up
-            got = find.run(cur, candidate).fetchone()
-        measure.run(cur, {**row, "candidate_id": got[0], "created_at": now})
-        return int(got[0])
-    except DriverError as e:
-        raise StoreError(f"database {url}: {type(e).__name__}: {e}") from e
-    finally:
-        cur.close()
+_RESULTS = select(
+    CandidateModel.id, LaneModel.name, CandidateModel.config, MeasurementModel.status,
+    MeasurementModel.rel_error, MeasurementModel.max_abs, MeasurementModel.median,
+    MeasurementModel.spread, MeasurementModel.budget, MeasurementModel.timing_method,
+    MeasurementModel.log,
+).join(LaneModel, LaneModel.id == CandidateModel.lane_id).join(
+    MeasurementModel, MeasurementModel.candidate_id == CandidateModel.id).where(
+    CandidateModel.region_id == bindparam("region_id"),
+    CandidateModel.environment_id == bindparam("environment_id"),
+    MeasurementModel.kind == bindparam("kind"),
+).order_by(CandidateModel.id, MeasurementModel.id)
 
 
 @functools.cache
@@ -172,23 +151,23 @@ class Records:
     ) -> tuple[int, int, dict[str, int]]:
         def find_or_add() -> tuple[int, int, dict[str, int]]:
             # Core statements, not a session's flushes: this is in every sweep's start-up
-            with connection_scope(self.url) as conn:
-                return (RegionModel.id_for(conn, region),
-                        EnvironmentModel.id_for(conn, fingerprint.hash, dict(fingerprint)),
-                        {ln.name: LaneModel.id_for(conn, ln) for ln in lanes})
+            with statements_scope(self.url) as run:
+                return (RegionModel.id_for(run, region),
+                        EnvironmentModel.id_for(run, fingerprint.hash, dict(fingerprint)),
+                        {ln.name: LaneModel.id_for(run, ln) for ln in lanes})
 
         region_id, env_id, lane_ids = once_more_on_conflict(find_or_add)
         self._lane_names.update((i, n) for n, i in lane_ids.items())
         return region_id, env_id, lane_ids
 
     def results(self, region_id: int, environment_id: int, kind: str = SWEEP) -> list[Result]:
-        with session_scope(self.url) as s:
-            out = []
-            for c in CandidateModel.of_region(s, region_id, environment_id):
-                ms = [m for m in c.measurements if m.kind == kind]
-                if ms:
-                    out.append(_result(c, ms[-1]))
-            return out
+        """Each candidate's latest measurement of `kind`, in the candidates' order."""
+        with statements_scope(self.url) as run:
+            rows = run.rows("results", _RESULTS, CandidateModel.__table__, {
+                "region_id": region_id, "environment_id": environment_id, "kind": kind})
+        latest = {row[0]: row for row in rows}  # ordered by candidate, then measurement
+        return [Result(i, lane, Config.of(json.loads(config)), Status(status), *numbers)
+                for i, lane, config, status, *numbers in latest.values()]
 
     def record(self, region_id: int, environment_id: int, lane_id: int, config: Config,
                m: Measurement, budget: float, kind: str = SWEEP) -> Result:
@@ -204,52 +183,50 @@ class Records:
         ident = {"region_id": region_id, "environment_id": environment_id, "lane_id": lane_id,
                  "config_key": config.key}
 
-        def write() -> tuple[int, str]:
-            with connection_scope(self.url) as conn:
-                if by_driver(conn):
-                    written = _driver_write(conn, {**ident, "config": config.to_json()}, row,
-                                            self.url)
-                    return written, self._lane_name(conn, lane_id)
-                add = _add_candidate(conn.dialect.name, conn.dialect.insert_returning)
-                candidate_id = None
+        def write() -> int:
+            # on SQLite, on the driver's cursor: SQLAlchemy's execution layer and connection
+            # objects took ~3/4 of a record's time
+            with statements_scope(self.url) as run:
+                now = _now()
+                candidate = {**ident, "config": config.to_json(), "created_at": now}
+                candidates = CandidateModel.__table__
+                add = _add_candidate(run.dialect.name, run.dialect.insert_returning)
+                got: list[tuple[Any, ...]] = []
                 if add is not None:  # a new candidate, as most are: one statement
-                    candidate_id = conn.execute(add, {**ident, "config": config.to_json()}
-                                                ).scalar()
-                if candidate_id is None:
-                    candidate_id = conn.execute(_FIND_CANDIDATE, ident).scalar()
-                if candidate_id is None:
-                    key = conn.execute(insert(CandidateModel), {
-                        **ident, "config": config.to_json()}).inserted_primary_key
-                    assert key is not None
-                    candidate_id = key[0]
-                conn.execute(_ADD_MEASUREMENT, {**row, "candidate_id": candidate_id})
-                return candidate_id, self._lane_name(conn, lane_id)
+                    got = run.rows("add candidate", add, candidates, candidate)
+                if not got:
+                    got = run.rows("find candidate", _FIND_CANDIDATE, candidates, ident)
+                if not got:
+                    got = [tuple(run.added("add candidate plainly", insert(CandidateModel),
+                                           candidates, [candidate]))]
+                run.many("add measurement", _ADD_MEASUREMENT, MeasurementModel.__table__,
+                         [{**row, "candidate_id": got[0][0], "created_at": now}])
+                return int(got[0][0])
 
-        candidate_id, lane = once_more_on_conflict(write)
-        return Result(candidate_id, lane, config, m.status, rel_error, max_abs,
-                      m.median, m.spread, budget, m.timing_method, m.log)
+        candidate_id = once_more_on_conflict(write)
+        return Result(candidate_id, self._lane_name(lane_id), config, m.status, rel_error,
+                      max_abs, m.median, m.spread, budget, m.timing_method, m.log)
 
-    def _lane_name(self, conn: Any, lane_id: int) -> str:
+    def _lane_name(self, lane_id: int) -> str:
         lane = self._lane_names.get(lane_id)
-        if lane is None:
-            lane = self._lane_names[lane_id] = conn.execute(
-                select(LaneModel.name).where(LaneModel.id == lane_id)).scalar_one()
+        if lane is None:  # an id this object did not hand out (`ids`)
+            with connection_scope(self.url) as conn:
+                lane = self._lane_names[lane_id] = conn.execute(
+                    select(LaneModel.name).where(LaneModel.id == lane_id)).scalar_one()
         return lane
 
     def save_winner(self, region_id: int, environment_id: int, budget: float,
                     choice: Choice) -> None:
+        w = choice.winner
+        values = {"region_id": region_id, "environment_id": environment_id, "budget": budget,
+                  "candidate_id": w.candidate_id,
+                  "runner_up_id": choice.runner_up.candidate_id if choice.runner_up else None,
+                  "median": w.median, "spread": w.spread, "rel_error": w.rel_error,
+                  "margin": choice.margin, "tie": choice.tie}
+
         def save() -> None:
-            with session_scope(self.url) as s:
-                w = WinnerModel.find(s, region_id, environment_id, budget)
-                if w is None:
-                    w = WinnerModel(region_id=region_id, environment_id=environment_id,
-                                    budget=budget)
-                    s.add(w)
-                w.candidate_id = choice.winner.candidate_id
-                w.runner_up_id = choice.runner_up.candidate_id if choice.runner_up else None
-                w.median, w.spread = choice.winner.median, choice.winner.spread
-                w.rel_error, w.margin, w.tie = (choice.winner.rel_error, choice.margin,
-                                                choice.tie)
+            with statements_scope(self.url) as run:
+                WinnerModel.save(run, values)
 
         # two sweeps of one region ending at once: the second finds the first one's row
         once_more_on_conflict(save)

@@ -22,9 +22,9 @@ from sqlalchemy import inspect, text
 
 from ._plan import Plan
 from ._records import Result, finite
-from ._samplers import ATTR, make_study
+from ._samplers import make_study
 from ._store import engine_for
-from ._study_rows import TrialWriter
+from ._study_rows import Finished, TrialWriter, opened
 from ._study_storage import opened_before, storage_for
 from ._values import Config
 
@@ -67,11 +67,7 @@ def objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
 def finished_trial(params: dict[str, Any], distributions: dict[str, Any], value: float,
                    attrs: dict[str, Any]) -> Any:
     """A finished trial in the one format both studies store (constraint for the samplers)."""
-    import optuna
-
-    return optuna.trial.create_trial(
-        params=params, distributions=distributions, value=value, user_attrs={ATTR: attrs},
-        system_attrs={"constraints": (attrs["constraint"],)})
+    return Finished(params, distributions, value, attrs).frozen()
 
 
 def _distributions(p: Plan, lane: str) -> dict[str, Any]:
@@ -91,29 +87,10 @@ def _expressible(p: Plan, r: Result) -> bool:
     return values.keys() == choices.keys() and all(v in choices[k] for k, v in values.items())
 
 
-def _recorded_trial(p: Plan, r: Result, budget: float) -> Any:
-    """A recorded result as a finished trial (None: not expressible in this study)."""
-    if not _expressible(p, r):
-        return None
-    value, attrs = objective(r, budget)
-    return finished_trial(params(r.lane, r.config), _distributions(p, r.lane), value, attrs)
-
-
 def open_study(url: str, name: str) -> TrialWriter:
     """The study in the database (finished trials only), ready to be written to."""
-    from optuna.samplers import RandomSampler
-    from optuna.trial import TrialState
-
-    optuna = _optuna()
-    storage = storage_for(url)
-    # nothing is sampled on this study; the sampler lives on the in-memory one
-    study = optuna.create_study(study_name=name, storage=storage, sampler=RandomSampler(),
-                                direction="minimize", load_if_exists=True)
-    # a RUNNING trial left by a killed sweep of an older arbiter (which asked on this study)
-    # never finishes; its result (if it got that far) is in our records and is told again
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-    return TrialWriter(study, storage, storage.get_study_id_from_name(name))
+    _optuna()
+    return opened(storage_for(url), name)
 
 
 class Studies:
@@ -124,7 +101,8 @@ class Studies:
         self.url, self.name, self.p, self.budget, self.sampler = url, name, p, budget, sampler
         self.db: TrialWriter | None = None
         self._memory: Any = None
-        self.pending: list[Any] = []  # for the database study, once it is open
+        self.pending: list[Finished] = []  # for the database study, once it is open
+        self._lanes: dict[str, dict[str, Any]] = {}  # lane -> its parameters' distributions
         self._written = time.monotonic()  # when the database study was last written
 
     def memory(self) -> Any:
@@ -135,9 +113,9 @@ class Studies:
             assert self.sampler is not None
             study = make_study(*self.sampler)
             for r in list(self.p.measured.values()):
-                t = _recorded_trial(self.p, r, self.budget)
+                t = self._recorded(r)
                 if t is not None:
-                    study.add_trial(t)
+                    study.add_trial(t.frozen())
             self._memory = study
         return self._memory
 
@@ -148,15 +126,31 @@ class Studies:
 
     def recorded(self, r: Result) -> None:
         """A result measured without the sampler asking (defaults, enumeration)."""
-        t = _recorded_trial(self.p, r, self.budget)
+        t = self._recorded(r)
         if t is not None:
             if self._memory is not None:
-                self._memory.add_trial(t)
+                self._memory.add_trial(t.frozen())
             self._pend(t)
 
     def asked(self, trial: Any, value: float, attrs: dict[str, Any]) -> None:
-        """A trial the sampler asked for and was told: for the database study."""
-        self._pend(finished_trial(trial.params, trial.distributions, value, attrs))
+        """A trial the sampler asked for and was told: for the database study. (Its
+        distributions are its lane's: the sampler was asked for those.)"""
+        self._pend(Finished(dict(trial.params), self._distributions(trial.params["lane"]),
+                            value, attrs))
+
+    def _distributions(self, lane: str) -> dict[str, Any]:
+        """`_distributions`, made once per lane (the writer knows each one's JSON by then)."""
+        d = self._lanes.get(lane)
+        if d is None:
+            d = self._lanes[lane] = _distributions(self.p, lane)
+        return d
+
+    def _recorded(self, r: Result) -> Finished | None:
+        """A recorded result as a finished trial (None: not expressible in this study)."""
+        if not _expressible(self.p, r):
+            return None
+        value, attrs = objective(r, self.budget)
+        return Finished(params(r.lane, r.config), self._distributions(r.lane), value, attrs)
 
     def flush(self) -> None:
         """Write the pending trials once they are due: `FLUSH_EVERY` of them, or
@@ -194,12 +188,12 @@ class Studies:
             known = self.db.held()
             self.pending = [t for r in list(self.p.measured.values())
                             if r.candidate_id not in known
-                            and (t := _recorded_trial(self.p, r, self.budget)) is not None]
+                            and (t := self._recorded(r)) is not None]
         pending, self.pending = self.pending, []
         self.db.add(pending)
         self._written = time.monotonic()
 
-    def _pend(self, t: Any) -> None:
+    def _pend(self, t: Finished) -> None:
         if self.db is not None:  # else `flush_all` reads it from the plan when it opens
             self.pending.append(t)
         if self._waiting() > FLUSH_EVERY or self._late():

@@ -26,6 +26,7 @@ from ._store.session import (
     RACE_WAITS,
     _sqlite_pragmas,
     _store_error,
+    create_tables,
     per_file,
     version_table,
     write_locked,
@@ -68,7 +69,7 @@ def _create(conn: Any, head: str) -> None:
     from optuna.storages._rdb import models
 
     version = version_table(OPTUNA_VERSION_TABLE)
-    models.BaseModel.metadata.create_all(conn)
+    create_tables(conn, models.BaseModel.metadata)
     conn.execute(models.VersionInfoModel.__table__.insert().values(
         version_info_id=1, schema_version=models.SCHEMA_VERSION,
         library_version=optuna.__version__))

@@ -224,14 +224,22 @@ def test_a_fingerprint_started_early_is_the_one_every_caller_gets(monkeypatch):
     assert sorted(queried) == sorted((_fingerprint.settings().cc, *_fingerprint.COMPILERS))
 
 
-def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("by_driver", [True, False])
+def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, monkeypatch,
+                                                                     by_driver):
     # two sweeps of one region ending at once: both looked for the winner's row, found none,
-    # and the second one's insert meets the first one's
+    # and the second one's insert meets the first one's (on SQLite's own cursor, and through
+    # SQLAlchemy, as elsewhere)
+    from sqlalchemy import insert
+
+    import arbiter._store.driver as driver
     from arbiter import Config, Measurement, Status
     from arbiter._fingerprint import Fingerprint
     from arbiter._records import choose
     from arbiter._registry import get_lane
 
+    if not by_driver:
+        monkeypatch.setattr(driver, "by_driver", lambda conn: False)
     url = f"sqlite:///{tmp_path / 'w.db'}"
     records = Records(url)
     region = FusedRegion(2, 2, 2, name="r")
@@ -240,16 +248,26 @@ def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, mo
                               Measurement(Status.OK, 1e-7, 1e-7, (t, t, t), "host", 0.0),
                               1e-3) for i, t in enumerate((2e-3, 1e-3))]
     records.save_winner(rid, eid, 1e-3, choose(results[:1], 1e-3))
-    find, calls = WinnerModel.find, []
+    with session_scope(url) as s:
+        created = s.query(WinnerModel).one().created_at
+    save, calls = WinnerModel.save.__func__, []
 
-    def missed_once(cls, *a):
-        calls.append(a)
-        return None if len(calls) == 1 else find(*a)
+    def missed_once(cls, run, values):
+        calls.append(values)
+        if len(calls) == 1:  # its lookup came before the other sweep's insert
+            run.many("test add winner", insert(cls), cls.__table__,
+                     [{**values, "created_at": created}])
+        else:
+            save(cls, run, values)
 
-    monkeypatch.setattr(WinnerModel, "find", classmethod(missed_once))
+    monkeypatch.setattr(WinnerModel, "save", classmethod(missed_once))
     records.save_winner(rid, eid, 1e-3, choose(results, 1e-3))
     assert len(calls) == 2  # the insert met the row, and the second try found it
-    assert records.winner(rid, eid, 1e-3)["candidate_id"] == results[1].candidate_id
+    w = records.winner(rid, eid, 1e-3)
+    assert (w["candidate_id"], w["runner_up"]["config"]) == (results[1].candidate_id, {"k": 0})
+    assert (w["latency_ms"], w["tie"]) == (1.0, False)
+    with session_scope(url) as s:
+        assert s.query(WinnerModel).one().created_at == created  # updated, not replaced
 
 
 @pytest.mark.parametrize("path", ["driver", "returning", "lookup"])
@@ -259,6 +277,7 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
     # is found, not inserted twice: on SQLite's own cursor, and through SQLAlchemy with an
     # insert that can say "there already" and without
     import arbiter._records as records_module
+    import arbiter._store.driver as driver
     from arbiter import Config, Measurement, Status
     from arbiter._fingerprint import Fingerprint
     from arbiter._registry import get_lane
@@ -273,7 +292,7 @@ def test_a_candidate_recorded_again_keeps_its_row_and_gets_both_measurements(
     records = Records(url)
     monkeypatch.setattr(engine_for(url).dialect, "insert_returning", returning)
     if path != "driver":
-        monkeypatch.setattr(records_module, "by_driver", lambda conn: False)
+        monkeypatch.setattr(driver, "by_driver", lambda conn: False)
     added = []  # the inserts that say "there already", as they ran
     real_add = records_module._add_candidate
 
@@ -302,7 +321,7 @@ def test_sqlites_own_cursor_writes_the_rows_sqlalchemy_writes(tmp_path, monkeypa
     import datetime
     import math
 
-    import arbiter._records as records_module
+    import arbiter._store.driver as driver
     from arbiter import Config, Measurement, Status
     from arbiter._fingerprint import Fingerprint
     from arbiter._registry import get_lane
@@ -314,7 +333,7 @@ def test_sqlites_own_cursor_writes_the_rows_sqlalchemy_writes(tmp_path, monkeypa
     for by_driver in (True, False):
         url = f"sqlite:///{tmp_path / f'{by_driver}.db'}"
         records = Records(url)
-        monkeypatch.setattr(records_module, "by_driver",
+        monkeypatch.setattr(driver, "by_driver",
                             lambda conn, b=by_driver: b and conn.dialect.name == "sqlite")
         rid, eid, lanes = records.ids(FusedRegion(2, 2, 2, name="r"),
                                       Fingerprint({"cpu": "here"}), [get_lane("numpy")])
@@ -334,7 +353,7 @@ def test_sqlites_own_cursor_writes_the_rows_sqlalchemy_writes(tmp_path, monkeypa
     assert rows[0] == rows[1]
     assert rows[0][1]["log"] == "it's\n'quoted'" and rows[0][1]["max_abs"] == math.pi
     # the driver's own errors are store errors too, and nothing of the record stays
-    monkeypatch.setattr(records_module, "by_driver", lambda conn: True)
+    monkeypatch.setattr(driver, "by_driver", lambda conn: True)
     with sqlite3.connect(tmp_path / "True.db") as raw:
         raw.execute("CREATE TRIGGER no_more BEFORE INSERT ON measurements "
                     "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
@@ -365,3 +384,32 @@ def test_ids_are_found_again_and_a_regions_latest_name_is_kept(tmp_path):
         assert {(ln.name, ln.platform) for ln in s.query(LaneModel)} == {
             ("numpy", "cpu"), ("x86_c", "cpu")}
         assert all(r.created_at is not None for r in s.query(RegionModel))
+
+
+def test_results_are_each_candidates_latest_measurement_of_a_kind(tmp_path):
+    # read in one Core query: what the ORM's candidates and their measurements say
+    from arbiter import Config, Measurement, Status
+    from arbiter._fingerprint import Fingerprint
+    from arbiter._records import _result
+    from arbiter._registry import get_lane
+    from arbiter._store.models import FINAL, SWEEP, VERIFY
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    records = Records(url)
+    lanes = [get_lane("numpy"), get_lane("x86_c")]
+    rid, eid, ids = records.ids(FusedRegion(2, 2, 2, name="r"), Fingerprint({"cpu": "a"}), lanes)
+    other = records.ids(FusedRegion(2, 2, 4, name="o"), Fingerprint({"cpu": "b"}), lanes)
+    ok = Measurement(Status.OK, 1e-7, 2e-7, (1e-3, 3e-3, 2e-3), "host", 0.5, log="fine")
+    bad = Measurement(Status.WRONG_RESULT, 0.5, None, (), "", 0.0, log="off")
+    for lane, cfg, m, kind in [("numpy", {"k": 1}, ok, SWEEP), ("numpy", {"k": 1}, ok, FINAL),
+                               ("x86_c", {"b": 2}, bad, SWEEP), ("numpy", {"k": 1}, bad, FINAL),
+                               ("x86_c", {"b": 4}, ok, VERIFY), ("numpy", {"k": 2}, ok, SWEEP)]:
+        records.record(rid, eid, ids[lane], Config.of(cfg), m, 1e-3, kind=kind)
+        records.record(other[0], other[1], other[2][lane], Config.of(cfg), m, 1e-3, kind=kind)
+    for kind in (SWEEP, FINAL, VERIFY):
+        with session_scope(url) as s:
+            want = [_result(c, [m for m in c.measurements if m.kind == kind][-1])
+                    for c in CandidateModel.of_region(s, rid, eid)
+                    if any(m.kind == kind for m in c.measurements)]
+        assert records.results(rid, eid, kind) == want and want
+    assert [r.status for r in records.results(rid, eid, FINAL)] == [Status.WRONG_RESULT]

@@ -20,6 +20,7 @@ from .session import (
     require_current,
     revision_of,
     session_scope,
+    statements_scope,
     upgrade,
 )
 
@@ -38,5 +39,6 @@ __all__ = [
     "require_current",
     "revision_of",
     "session_scope",
+    "statements_scope",
     "upgrade",
 ]

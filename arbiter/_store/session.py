@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,11 +35,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .._errors import StoreError
+from .driver import DriverError, DriverIntegrityError, Statements, transaction
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
-__all__ = ["connection_scope", "create_current", "engine_for", "once_more_on_conflict", "per_file",
-           "require_current", "revision_of", "session_scope", "upgrade", "version_table",
-           "write_locked"]
+__all__ = ["connection_scope", "create_current", "create_tables", "engine_for",
+           "once_more_on_conflict", "per_file", "require_current", "revision_of", "session_scope",
+           "statements_scope", "upgrade", "version_table", "write_locked"]
 
 T = TypeVar("T")
 
@@ -137,7 +138,7 @@ def engine_for(url: str) -> Engine:
     return per_file(_ENGINES, url, lambda: _new_engine(url), lambda e: e.dispose())
 
 
-def _store_error(url: str, e: SQLAlchemyError) -> StoreError:
+def _store_error(url: str, e: SQLAlchemyError | DriverError) -> StoreError:
     return StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}")
 
 
@@ -169,19 +170,31 @@ def connection_scope(url: str) -> Iterator[Connection]:
         raise _store_error(url, e) from e
 
 
+@contextlib.contextmanager
+def statements_scope(url: str) -> Iterator[Statements]:
+    """`connection_scope` for `Statements`: on SQLite, the driver's cursor (`driver`)."""
+    try:
+        with transaction(engine_for(url)) as run:
+            yield run
+    except (SQLAlchemyError, DriverError) as e:
+        raise _store_error(url, e) from e
+
+
 def once_more_on_conflict(fn: Callable[[], T]) -> T:
     """`fn()`, run again when another process inserted the same unique row first (two sweeps
     starting on one database at once): the second run finds the row."""
     try:
         return fn()
     except StoreError as e:
-        if not isinstance(e.__cause__, IntegrityError):
+        if not isinstance(e.__cause__, (IntegrityError, DriverIntegrityError)):
             raise
     return fn()
 
 
+@cache
 def version_table(name: str) -> Table:
-    """An Alembic version table as Alembic makes it: one row, the revision stamped."""
+    """An Alembic version table as Alembic makes it: one row, the revision stamped. (Made
+    once: a new table's first statements cost ~2 ms of SQLAlchemy's set-up.)"""
     return Table(name, MetaData(), Column("version_num", String(32), nullable=False),
                  PrimaryKeyConstraint("version_num", name=f"{name}_pkc"))
 
@@ -242,19 +255,28 @@ def write_locked(engine: Engine) -> Iterator[Connection]:
 _DDL: dict[tuple[Any, ...], list[tuple[str, list[str]]]] = {}
 
 
-def _ddl(dialect: Any) -> list[tuple[str, list[str]]]:
-    """`create_all`'s statements for our tables, compiled once per kind of dialect (compiling
-    them was most of a new file's ~15 ms schema): each table's name, its CREATE TABLE and
-    CREATE INDEXes, in dependency order."""
-    key = (type(dialect), dialect.server_version_info)
+def _ddl(dialect: Any, metadata: MetaData) -> list[tuple[str, list[str]]]:
+    """`create_all`'s statements for `metadata`'s tables, compiled once per kind of dialect
+    (compiling them was most of a new file's ~15 ms schema): each table's name, its CREATE
+    TABLE and CREATE INDEXes, in dependency order."""
+    key = (type(dialect), dialect.server_version_info, metadata)
     known = _DDL.get(key)
     if known is None:
         known = _DDL[key] = [
             (t.name, [str(CreateTable(t).compile(dialect=dialect)),
                       *(str(CreateIndex(ix).compile(dialect=dialect))
                         for ix in sorted(t.indexes, key=lambda ix: ix.name or ""))])
-            for t in Base.metadata.sorted_tables]
+            for t in metadata.sorted_tables]
     return known
+
+
+def create_tables(conn: Connection, metadata: MetaData) -> None:
+    """`metadata.create_all(conn)`: the tables not there yet, with their indexes."""
+    existing = set(inspect(conn).get_table_names())
+    for name, statements in _ddl(conn.dialect, metadata):
+        if name not in existing:  # (create_all's check)
+            for sql in statements:
+                conn.exec_driver_sql(sql)
 
 
 def create_current(url: str) -> None:
@@ -267,11 +289,7 @@ def create_current(url: str) -> None:
         with write_locked(engine_for(url)) as conn:
             if _revision(conn) is not None:  # read again under the lock: made meanwhile
                 return
-            existing = set(inspect(conn).get_table_names())
-            for name, statements in _ddl(conn.dialect):
-                if name not in existing:  # (create_all's check)
-                    for sql in statements:
-                        conn.exec_driver_sql(sql)
+            create_tables(conn, Base.metadata)
             version.create(conn, checkfirst=True)
             conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
