@@ -17,6 +17,8 @@ changes nothing here). The study in the database, for the dashboard, is still Op
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from typing import Any
 
@@ -28,7 +30,6 @@ __all__ = ["COMPLETE", "FAIL", "FOLLOWS", "RUNNING", "TPEStudy", "WAITING"]
 
 FOLLOWS = "5."  # the Optuna releases whose TPESampler this proposes as
 COMPLETE, FAIL, RUNNING, WAITING = "COMPLETE", "FAIL", "RUNNING", "WAITING"
-_CODE = {WAITING: 0, RUNNING: 1, COMPLETE: 2, FAIL: 3}
 
 Choices = tuple[Any, ...]
 
@@ -78,21 +79,19 @@ class TPEStudy:
         self.n_startup_trials, self.n_ei_candidates = n_startup_trials, n_ei_candidates
         self.prior_weight = prior_weight
         self.trials: list[Trial] = []
-        # per trial number, for the split: its state's code, value (once finished) and
-        # infeasibility
-        self._states: list[int] = []
-        self._values: list[float] = []
-        self._infeasible: list[float] = []
+        # for the split: the finished trials as TPE ranks them (`_rank`), best first, and
+        # by trial number, whether TPE sees it (finished or running)
+        self._ranked: list[tuple[bool, float, int]] = []
+        self._seen = np.zeros(0, dtype=bool)
         self._waiting: list[int] = []  # enqueued, oldest first
         # a group's names -> each finished trial's indices of its choices (-1: not in the
         # group, -2: not worked out yet), by trial number
         self._codes: dict[tuple[str, ...], np.ndarray] = {}
         self._tpe_rng = np.random.RandomState(seed)  # TPESampler's own draws
         self._random_rng = np.random.RandomState(seed)  # its RandomSampler's (the start)
-        self._complete = 0
         self._version = 0  # changes whenever a trial does
         self._groups: list[dict[str, Choices]] = []  # Optuna's group decomposition
-        self._grouped: set[int] = set()  # the finished trials in it
+        self._ungrouped: list[int] = []  # the trials finished since it last grew
         self._index_of: dict[tuple[str, Choices], dict[Any, int]] = {}
         # a group's names -> (the good trials' numbers, their estimator)
         self._good: dict[tuple[str, ...], tuple[tuple[int, ...], _Mixture]] = {}
@@ -134,7 +133,7 @@ class TPEStudy:
         """The numbers of the trials a proposal for `trial` would now draw from (TPE's good
         ones); with `assume`, as if these running trials had finished with these
         (infeasibility, value). None: too few have finished, it would be drawn at random."""
-        if self._complete + len(assume or {}) < self.n_startup_trials:
+        if len(self._ranked) + len(assume or {}) < self.n_startup_trials:
             return None
         return set(self._split(trial, assume)[0].tolist())
 
@@ -161,7 +160,7 @@ class TPEStudy:
         the constant liar sees of it."""
         if trial.relative is None:
             params: dict[str, Any] = {}
-            if self._complete >= self.n_startup_trials:
+            if len(self._ranked) >= self.n_startup_trials:
                 for group in trial.groups:
                     space = {n: c for n, c in sorted(group.items()) if len(c) > 1}
                     if space:
@@ -170,7 +169,7 @@ class TPEStudy:
         return trial.relative
 
     def _independent(self, trial: Trial, name: str, choices: Choices) -> Any:
-        if self._complete < self.n_startup_trials:
+        if len(self._ranked) < self.n_startup_trials:
             # RandomSampler: a uniform draw per choice (its one-hot encoding), the largest wins
             return choices[int(self._random_rng.uniform(np.zeros(len(choices)),
                                                         np.ones(len(choices))).argmax())]
@@ -191,52 +190,34 @@ class TPEStudy:
         bad = self._estimator(above, space)
         rng, size = self._tpe_rng, self.n_ei_candidates
         # `rng.choice(p=weights)`'s arithmetic and draws, without its checks of `p`
-        cdf = mixture.weights.cumsum()
-        cdf /= cdf[-1]
-        active = cdf.searchsorted(rng.random_sample(size), side="right")
+        active = mixture.cdf.searchsorted(rng.random_sample(size), side="right")
         quantiles = rng.random_sample((len(names), size))  # the draws of rand(size) each
-        samples = np.empty((size, len(names)), dtype=np.int64)
-        for i, w in enumerate(mixture.dists):
-            cum = np.cumsum(w[active, :], axis=-1)
-            cum[:, -1] = 1  # (Optuna asserts it is close to 1 first)
-            samples[:, i] = np.sum(cum < quantiles[i][:, np.newaxis], axis=-1)
-        best = int(np.argmax(mixture.log_pdf(samples) - bad.log_pdf(samples)))
-        return {name: space[name][int(samples[best, i])] for i, name in enumerate(names)}
+        # Optuna's argmax over every candidate picks the first drawn of the most likely, as
+        # this one over the distinct ones in the order drawn (most are drawn more than once)
+        distinct = list(dict.fromkeys(map(tuple, mixture.sample(active, quantiles).tolist())))
+        logs = mixture.remembered_log_pdf(distinct) - bad.log_pdf(np.array(distinct))
+        best = distinct[int(np.argmax(logs))]
+        return {name: space[name][i] for name, i in zip(names, best)}
 
     def _split(self, trial: Trial, assume: dict[int, tuple[float, float]] | None = None,
                ) -> tuple[np.ndarray, np.ndarray]:
-        """TPE's split, as trial numbers in order: the good trials (the best feasible values,
-        then the least infeasible) and the rest; running trials (the constant liar: not
-        `trial`) among the rest, those in `assume` as if finished. (Stable sorts by value,
-        hence ties in number order, as Optuna's sorted() over trials in number order.)"""
-        states = np.array(self._states, dtype=np.int8)
-        values = np.array(self._values)
-        infeasible = np.array(self._infeasible)
-        seen = (states == _CODE[COMPLETE]) | (states == _CODE[RUNNING])
+        """TPE's split, as trial numbers in order: the good trials (the best ranked finished
+        ones) and the rest; running trials (the constant liar: not `trial`) among the rest,
+        those in `assume` as if finished with these (infeasibility, value)."""
+        ranked, seen = self._ranked, self._seen.copy()
         seen[trial.number] = False
-        done = states == _CODE[COMPLETE]
-        for number, (score, value) in (assume or {}).items():
-            if 0 <= number < len(states) and seen[number]:
-                done[number] = True
-                infeasible[number], values[number] = score, value
-        finished = seen & done
-        n_below = _gamma(int(np.count_nonzero(finished)))
-        feasible = np.flatnonzero(finished & (infeasible <= 0))
-        feasible = feasible[np.argsort(values[feasible], kind="stable")]
-        k = min(n_below, len(feasible))
-        below, above = [feasible[:k]], [feasible[k:]]
-        n_below -= k
-        ranked = np.flatnonzero(finished & (infeasible > 0))
-        ranked = ranked[np.argsort(infeasible[ranked], kind="stable")]
-        k = min(n_below, len(ranked))
-        below.append(ranked[:k])
-        above += [ranked[k:], np.flatnonzero(seen & ~done)]
-        return np.sort(np.concatenate(below)), np.sort(np.concatenate(above))
+        assumed = {n: a for n, a in (assume or {}).items() if 0 <= n < len(seen) and seen[n]}
+        if assumed or trial.state == COMPLETE:
+            ranked = [r for r in ranked if r[2] not in assumed and r[2] != trial.number]
+            for n, (infeasibility, value) in assumed.items():
+                bisect.insort(ranked, _rank(n, infeasibility, value))
+        below = np.array(sorted([r[2] for r in ranked[:_gamma(len(ranked))]]), dtype=np.intp)
+        seen[below] = False
+        return below, np.flatnonzero(seen)
 
     def _estimator(self, numbers: np.ndarray, space: dict[str, Choices]) -> _Mixture:
         """`_ParzenEstimator` of categorical parameters, of these trials (in number order):
-        the mixture's weights and, per parameter, each kernel's probabilities (the last
-        kernel is the prior)."""
+        their kernels' kinds (`_Mixture`)."""
         names = tuple(space)
         table = self._codes.get(names)
         if table is None or len(table) < len(self.trials):
@@ -244,7 +225,7 @@ class TPEStudy:
             if table is not None:
                 grown[:len(table)] = table
             table = self._codes[names] = grown
-        rows = table[numbers]
+        rows = table.take(numbers, axis=0)
         for j in np.flatnonzero(rows[:, 0] == -2):
             t = self.trials[numbers[j]]
             # a running trial is seen through its whole sampled proposal, where it has one,
@@ -256,52 +237,39 @@ class TPEStudy:
             if t.state == COMPLETE:  # never changes again
                 table[t.number] = rows[j]
         observed = rows[rows[:, 0] >= 0]
-        n = len(observed)
-        weights = (np.append(_weights(n)[:n], [self.prior_weight]) if n else np.array([1.0]))
-        weights /= weights.sum()
-        dists = []
-        for i, choices in enumerate(space.values()):
-            if n == 0:
-                dists.append(np.full((1, len(choices)), fill_value=1.0 / len(choices)))
-                continue
-            w = np.full((n + 1, len(choices)), fill_value=self.prior_weight / (n + 1))
-            w[np.arange(n), observed[:, i]] += 1
-            sums = w.sum(axis=1, keepdims=True)
-            w /= np.where(sums == 0, 1, sums)
-            dists.append(w)
-        return _Mixture(weights, dists)
+        sizes = [len(c) for c in space.values()]
+        kinds = np.concatenate([observed, [sizes]]).T  # the prior's kinds last
+        return _Mixture(len(observed), kinds, sizes, self.prior_weight)
 
     # bookkeeping -------------------------------------------------------------------------
 
     def _new(self, state: str = RUNNING) -> Trial:
         t = Trial(self, len(self.trials), state)
         self.trials.append(t)
-        self._states.append(_CODE[state])
-        self._values.append(math.nan)
-        self._infeasible.append(0.0)
-        self._version += 1
+        self._seen = np.append(self._seen, False)
+        self._mark(t, state)
         return t
 
     def _mark(self, trial: Trial, state: str) -> None:
         trial.state = state
-        self._states[trial.number] = _CODE[state]
+        self._seen[trial.number] = state in (RUNNING, COMPLETE)
         self._version += 1
 
     def _finish(self, trial: Trial, value: float, constraint: float) -> None:
-        # the accuracy constraint's violation (0: within budget)
-        self._values[trial.number], self._infeasible[trial.number] = value, max(0.0, constraint)
         self._mark(trial, COMPLETE)
-        self._complete += 1
+        # the accuracy constraint's violation (0: within budget)
+        bisect.insort(self._ranked, _rank(trial.number, max(0.0, constraint), value))
+        if self.multivariate:
+            self._ungrouped.append(trial.number)
 
     def _grown(self) -> list[dict[str, Choices]]:
         """The group decomposition of the finished trials' spaces (Optuna's
         `_GroupDecomposedSearchSpace`), grown by the trials finished since the last ask, in
         number order: adding a trial again never changes it, so this equals Optuna's
         decomposition rebuilt from every trial."""
-        for t in self.trials:
-            if t.state == COMPLETE and t.number not in self._grouped:
-                self._groups = _decomposed(self._groups, t.choices)
-                self._grouped.add(t.number)
+        for number in sorted(self._ungrouped):
+            self._groups = _decomposed(self._groups, self.trials[number].choices)
+        self._ungrouped.clear()
         return self._groups
 
     def _index(self, name: str, choices: Choices, value: Any) -> int:
@@ -331,6 +299,13 @@ def _decomposed(groups: list[dict[str, Choices]],
     return [g for g in out if g]
 
 
+def _rank(number: int, infeasibility: float, value: float) -> tuple[bool, float, int]:
+    """A finished trial's place in TPE's order: the feasible ones by value, then the others
+    by infeasibility; ties in number order (Optuna's stable sorts of trials in number
+    order)."""
+    return (infeasibility > 0, infeasibility if infeasibility > 0 else value, number)
+
+
 def _gamma(n: int) -> int:
     """How many of `n` finished trials are the good ones (TPE's default)."""
     return min(math.ceil(0.1 * n), 25)
@@ -344,26 +319,94 @@ def _weights(n: int) -> np.ndarray:
     return np.concatenate([np.linspace(1.0 / n, 1.0, num=n - 25), np.ones(25)])
 
 
-class _Mixture:
-    """A Parzen estimator of categorical parameters: the kernels' weights and, per
-    parameter, each kernel's probabilities (the last kernel is the prior)."""
+@functools.lru_cache(maxsize=256)
+def _mixture_weights(n: int, prior_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """The weights of a mixture of `n` observations' kernels and the prior's, as the
+    cumulative distribution a kernel is drawn from and as logarithms."""
+    weights = np.append(_weights(n)[:n], [prior_weight]) if n else np.array([1.0])
+    weights /= weights.sum()
+    cdf = weights.cumsum()
+    cdf /= cdf[-1]
+    with np.errstate(divide="ignore"):
+        return _read_only(cdf), _read_only(np.log(weights))
 
-    def __init__(self, weights: np.ndarray, dists: list[np.ndarray]) -> None:
-        self.weights, self.dists = weights, dists
-        self._logs: tuple[np.ndarray, list[np.ndarray]] | None = None  # made at first use
+
+@functools.lru_cache(maxsize=256)
+def _kernels(n: int, k: int, prior_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels of a parameter of `k` choices in a mixture of `n` observations, one row
+    per kind (row c: an observation of choice c; row k: the prior), as cumulative
+    probabilities (the last one 1: Optuna asserts it is close to 1, then sets it) and as
+    logarithms. Optuna works out one row per kernel with the same operations; rows of one
+    kind are equal."""
+    if n == 0:
+        w = np.full((k + 1, k), fill_value=1.0 / k)
+    else:
+        w = np.full((k + 1, k), fill_value=prior_weight / (n + 1))
+        w[np.arange(k), np.arange(k)] += 1
+        sums = w.sum(axis=1, keepdims=True)
+        w /= np.where(sums == 0, 1, sums)
+    cum = w.cumsum(axis=1)
+    cum[:, -1] = 1
+    with np.errstate(divide="ignore"):
+        return _read_only(cum), _read_only(np.log(w))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """`a`, read-only: the cached arrays are shared by every estimator."""
+    a.flags.writeable = False
+    return a
+
+
+class _Mixture:
+    """A Parzen estimator of categorical parameters (`_MixtureOfProductDistribution`): per
+    parameter, each kernel's kind (the observed choice's index; the prior, last, has the
+    number of choices), whose probabilities `_kernels` keeps."""
+
+    def __init__(self, n: int, kinds: np.ndarray, sizes: list[int],
+                 prior_weight: float) -> None:
+        self.cdf, self.log_weights = _mixture_weights(n, prior_weight)
+        self.kinds = kinds  # one row per parameter
+        self.kernels = [_kernels(n, k, prior_weight) for k in sizes]
+        self._known: dict[tuple[int, ...], float] = {}  # candidate -> its log density
+
+    def sample(self, active: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
+        """The choices' indices drawn from the kernels `active`, one quantile each
+        (`_MixtureOfProductDistribution.sample`: per parameter, how many of the kernel's
+        cumulative probabilities are below the quantile)."""
+        cums = self._cums.take(active, axis=1)
+        return (cums < quantiles[:, :, np.newaxis]).sum(axis=-1).T
+
+    def remembered_log_pdf(self, candidates: list[tuple[int, ...]]) -> np.ndarray:
+        """`log_pdf` of these candidates (their choices' indices), each worked out once per
+        estimator (a good one is kept across asks)."""
+        new = [c for c in candidates if c not in self._known]
+        if new:
+            self._known.update(zip(new, self.log_pdf(np.array(new)).tolist()))
+        return np.array([self._known[c] for c in candidates])
 
     def log_pdf(self, x: np.ndarray) -> np.ndarray:
-        """`_MixtureOfProductDistribution.log_pdf`, the same operations in the same order
-        (the logarithms taken once per estimator: a good one is kept across asks)."""
-        if self._logs is None:
-            with np.errstate(divide="ignore"):
-                self._logs = (np.log(self.weights), [np.log(w) for w in self.dists])
-        log_weights, log_dists = self._logs
-        logs = np.zeros((len(x), len(self.weights)), dtype=np.float64)
-        for i, lw in enumerate(log_dists):
-            logs += lw[:, x[:, i]].T
-        logs += log_weights[np.newaxis]
+        """`_MixtureOfProductDistribution.log_pdf`, the same operations in the same order:
+        row by row, so a candidate's value does not depend on the others'."""
+        logs = np.zeros((len(x), len(self.log_weights)), dtype=np.float64)
+        for i, lw in enumerate(self._logs):
+            logs += lw.take(x[:, i], axis=1).T
+        logs += self.log_weights[np.newaxis]
         top = logs.max(axis=1)
-        top[np.isneginf(top)] = 0
+        top[top == -np.inf] = 0
         with np.errstate(divide="ignore"):
             return np.asarray(np.log(np.exp(logs - top[:, None]).sum(axis=1)) + top)
+
+    @functools.cached_property
+    def _cums(self) -> np.ndarray:
+        """Per parameter, each kernel's cumulative probabilities: one table, padded with 1
+        (never below a quantile) to the most choices."""
+        most = max(cum.shape[1] for cum, _ in self.kernels)
+        table = np.ones((len(self.kernels), len(self.log_weights), most))
+        for padded, kinds, (cum, _) in zip(table, self.kinds, self.kernels):
+            padded[:, :cum.shape[1]] = cum.take(kinds, axis=0)
+        return table
+
+    @functools.cached_property
+    def _logs(self) -> list[np.ndarray]:
+        """Per parameter, each kernel's log probabilities."""
+        return [log_p.take(kinds, axis=0) for (_, log_p), kinds in zip(self.kernels, self.kinds)]
