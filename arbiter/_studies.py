@@ -64,12 +64,6 @@ def objective(r: Result, budget: float) -> tuple[float, dict[str, Any]]:
     return value, attrs
 
 
-def finished_trial(params: dict[str, Any], distributions: dict[str, Any], value: float,
-                   attrs: dict[str, Any]) -> Any:
-    """A finished trial in the one format both studies store (constraint for the samplers)."""
-    return Finished(params, distributions, value, attrs).frozen()
-
-
 def _distributions(p: Plan, lane: str) -> dict[str, Any]:
     from optuna.distributions import CategoricalDistribution
 

@@ -121,7 +121,7 @@ class TPEStudy:
         self._finish(trial, float(value), constraint)
 
     def add_trial(self, frozen: Any) -> None:
-        """A finished Optuna trial (`_studies.finished_trial`) as one of this study's."""
+        """A finished Optuna trial (`_study_rows.Finished.frozen`) as one of this study's."""
         t = self._new()
         t.params = dict(frozen.params)
         t.choices = {n: tuple(d.choices) for n, d in frozen.distributions.items()}

@@ -9,7 +9,7 @@ import pytest
 
 from arbiter._asker import _tell
 from arbiter._samplers import ATTR, TPE, make_sampler, make_study
-from arbiter._studies import finished_trial
+from arbiter._study_rows import Finished
 from arbiter._tpe_study import FOLLOWS, TPEStudy
 
 optuna = pytest.importorskip("optuna")
@@ -37,8 +37,8 @@ def _proposals(study, trials: int) -> list[dict]:
     for lane, params, value in (("c", {}, 2.0), ("a", {"a.x": 2, "a.y": 0, "a.s": 3}, 1.5)):
         dists = {"lane": CategoricalDistribution(LANES), **{
             n: CategoricalDistribution(c) for n, c in SPACE[lane].items()}}
-        study.add_trial(finished_trial({"lane": lane, **params}, dists, value,
-                                       {"constraint": -1.0}))
+        study.add_trial(Finished({"lane": lane, **params}, dists, value,
+                                 {"constraint": -1.0}).frozen())
 
     def ask(enqueue: dict | None = None):
         if enqueue is not None:
@@ -140,8 +140,8 @@ def test_a_running_trial_that_drew_a_new_groups_values_alone_is_seen_as_optuna_s
         r = random.Random(seed)
         for _ in range(10):
             p = {n: r.choice(c) for n, c in space["a"].items()}
-            study.add_trial(finished_trial({"lane": "a", **p}, dists("a"), r.random(),
-                                           {"constraint": -1.0}))
+            study.add_trial(Finished({"lane": "a", **p}, dists("a"), r.random(),
+                                     {"constraint": -1.0}).frozen())
         out, kept = [], None
         for _ in range(40):
             t = study.ask()
@@ -151,8 +151,8 @@ def test_a_running_trial_that_drew_a_new_groups_values_alone_is_seen_as_optuna_s
             out.append(dict(t.params))
             if lane == "b" and kept is None:
                 kept = t  # left running
-                study.add_trial(finished_trial({"lane": "b", "b.z": 16, "b.w": 0}, dists("b"),
-                                               0.1, {"constraint": -1.0}))
+                study.add_trial(Finished({"lane": "b", "b.z": 16, "b.w": 0}, dists("b"), 0.1,
+                                         {"constraint": -1.0}).frozen())
                 continue
             t.set_user_attr(ATTR, {"constraint": -1.0})
             _tell(study, t, r.random() + (0.0 if lane == "a" else 0.5))
