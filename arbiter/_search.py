@@ -196,7 +196,7 @@ def finals(region: Any, p: Plan, records: Records, worker: Worker, region_id: in
     top = fit[:FINALISTS]
     if len(top) < 2:
         return choose(top, budget)
-    samples = worker.interleave(region, [(r.lane, r.config) for r in top], seeds=seeds)
+    samples = worker.interleave(region, [(r.lane, r.config) for r in top], seeds=seeds).samples
     final: list[Result] = []
     for r, s in zip(top, samples):
         if isinstance(s, str):

@@ -43,7 +43,7 @@ from typing import Any
 
 from ._values import Config, Measurement, Status
 
-__all__ = ["Outcome", "Worker", "lease"]
+__all__ = ["Interleaved", "Outcome", "Worker", "lease"]
 
 _HEADER = struct.Struct("<Q")
 Meanwhile = Callable[[], "tuple[str, Config] | None"] | None
@@ -72,6 +72,16 @@ class Outcome:
     work_s: float = 0.0  # the whole request in the child
     wall_s: float = 0.0  # the whole request seen by the parent
     built_ahead_s: float = 0.0  # its build in the background, before a request waited for it
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """Finalists' samples, one list per candidate (a string: its failure), plus the child's
+    time inside their runners' `time` (warm-ups and repeats: kernel time, as a check's
+    `timing_s`)."""
+
+    samples: list[list[float] | str]
+    timing_s: float = 0.0
 
 
 # ---------------------------------------------------------------------------------- child side
@@ -351,7 +361,7 @@ def _check(req: dict[str, Any]) -> Outcome:
                    time.perf_counter() - t0, built_ahead_s=ahead_s)
 
 
-def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
+def _interleave(req: dict[str, Any]) -> Interleaved:
     """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
     from ._check import fresh_seeds, timing_sets
     from ._lane import build_candidate
@@ -359,9 +369,10 @@ def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
 
     region = req["region"]
     sets = timing_sets(region, req.get("seeds") or fresh_seeds(2))
+    clock = {"build": 0.0, "timing": 0.0, "verify": 0.0}
     runners: list[Any] = []
     for lane_name, config in req["candidates"]:
-        lane = get_lane(lane_name)
+        lane = _Timed(get_lane(lane_name), clock)
         built = build_candidate(lane, region, config)
         runners.append(built.log if isinstance(built, Measurement) else lane.runner(built, region))
     samples: list[list[float] | str] = [r if isinstance(r, str) else [] for r in runners]
@@ -379,7 +390,7 @@ def _interleave(req: dict[str, Any]) -> list[list[float] | str]:
         for r in runners:
             if not isinstance(r, str):
                 r.close()
-    return samples
+    return Interleaved(samples, clock["timing"])
 
 
 def _forget() -> None:
@@ -732,7 +743,7 @@ class Worker:
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
                    rounds: int = 5, repeats: int = 10, warmup: int = 3,
-                   seeds: Sequence[int] | None = None) -> list[list[float] | str]:
+                   seeds: Sequence[int] | None = None) -> Interleaved:
         """Time finalists round-robin on `seeds`' inputs (the sweep's, whose copies the child
         keeps), else on fresh ones; a string is a failure."""
         self._asked(lane for lane, _ in candidates)
@@ -742,7 +753,7 @@ class Worker:
         try:
             return self._call(req, self.timeout * max(1, len(candidates)))
         except _Dead as d:
-            return [f"{d.status.value}: {d.log}"] * len(candidates)
+            return Interleaved([f"{d.status.value}: {d.log}"] * len(candidates))
 
 
 # A worker kept between the sweeps of one process (a notebook tuning region after region),

@@ -199,6 +199,21 @@ def test_a_build_ahead_that_is_not_wanted_is_stopped(monkeypatch):
         assert took < 10 and _gone(compiler)  # its 30 s compiler was killed, not waited for
 
 
+def test_interleaved_finalists_report_their_time_inside_the_timing_calls(tmp_path,
+                                                                         monkeypatch):
+    from arbiter._registry import get_lane
+
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path))
+    a, b = list(get_lane("x86_c").space(REGION).configs())[:2]
+    with Worker(timeout=120) as w:
+        got = w.interleave(REGION, [("x86_c", a), ("x86_c", b)], rounds=3, repeats=4,
+                           warmup=2)
+    assert [len(s) for s in got.samples] == [12, 12]
+    timed = sum(sum(s) for s in got.samples if isinstance(s, list))
+    # warm-ups and the loop around the samples are in the child's time too, never less
+    assert 0 < timed <= got.timing_s < 60
+
+
 @pytest.mark.parametrize("how", ["close", "kill", "interleave"])
 def test_no_build_ahead_outlives_the_worker_or_runs_beside_other_work(monkeypatch, how):
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
@@ -212,7 +227,7 @@ def test_no_build_ahead_outlives_the_worker_or_runs_beside_other_work(monkeypatc
         else:
             got = w.interleave(BIG, [("fake_tiny", ONE), ("fake_tiny", OTHER)], rounds=1,
                                repeats=2)
-            assert all(isinstance(x, list) for x in got)
+            assert all(isinstance(x, list) for x in got.samples)
         assert _gone(compiler) and time.perf_counter() - t0 < 10
 
 
