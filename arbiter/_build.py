@@ -17,15 +17,33 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
 
 from ._errors import BuildError
 from ._settings import settings
 
-__all__ = ["build_key", "cached_build", "compiler_identity", "kill_tools_of", "run_tool",
-           "stop_tools", "version_text"]
+__all__ = ["NotBuilt", "build_key", "cached_build", "compiler_identity", "kill_tools_of",
+           "lookup_only", "run_tool", "stop_tools", "version_text"]
+
+
+class NotBuilt(Exception):
+    """Not in the build cache, and `lookup_only` forbids compiling it."""
+
+
+_LOOKUP = threading.local()
+
+
+@contextlib.contextmanager
+def lookup_only() -> Iterator[None]:
+    """In this block, `cached_build` (in this thread) finds an artifact or raises `NotBuilt`,
+    as does `run_tool` for a candidate's compile: nothing is compiled."""
+    _LOOKUP.only = True
+    try:
+        yield
+    finally:
+        _LOOKUP.only = False
 
 
 # The compiler each thread is running, so that another thread can stop it (the worker's build
@@ -52,6 +70,8 @@ def run_tool(
     `stoppable`: a candidate's compile, which `stop_tools` may end (never a probe whose
     answer is cached)."""
     me = threading.get_ident()
+    if stoppable and getattr(_LOOKUP, "only", False):
+        raise NotBuilt(argv[0])
     try:
         with _TOOLS_LOCK:
             if stoppable and me in _STOPPED:
@@ -151,6 +171,8 @@ def cached_build(
     final = root / key[:2] / f"{key}{suffix}"
     if final.exists():
         return final, 0.0, True, ""
+    if getattr(_LOOKUP, "only", False):
+        raise NotBuilt(key)
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="arbiter-build-", dir=final.parent) as tmp:
         target = Path(tmp) / f"out{suffix}"

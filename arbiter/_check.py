@@ -150,6 +150,9 @@ class Gate(Protocol):
         comparison once the candidate is timed: none in a sweep whose builds, `built` among
         them, are cache hits.)"""
 
+    def check_in(self) -> None:
+        """Read the go if it has come (it may call the check off: this raises then)."""
+
     def wait(self) -> None:
         """Block until the go."""
 
@@ -199,9 +202,13 @@ def check_candidate(
 
     try:
         chosen = cases(region, seeds)
+        if gate is not None:
+            gate.check_in()
         _run_all(runner, chosen)
         later = repeats > 0 and gate is not None and gate.early(built)
         if not later:
+            if gate is not None:
+                gate.check_in()
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK or repeats <= 0:
                 return untimed(verdict, log)

@@ -122,7 +122,7 @@ def tune_region(
 
         m = worker.check(lane, region, cfg, budget, ceiling=ceiling_of(budget),
                          warmup=warmup, repeats=repeats, seeds=seeds,
-                         meanwhile=window).measurement
+                         meanwhile=window, send_next=True).measurement
         held.append((lane, cfg, m, then))
         return m
 
@@ -170,7 +170,10 @@ def tune_region(
 
                     m = measure(lane, cfg, partial(asker.told, trial), meanwhile)
                     if not asker.stands(trial, m):
-                        settle()  # the next proposal must know this result
+                        # the next proposal must know this result: the one sent ahead
+                        # without it stops now, while this one is recorded and told
+                        worker.call_off(wait=False)
+                        settle()
                     nxt = asker.next()
             settle()
             studies.flush_all()

@@ -19,6 +19,11 @@ after all is stopped, compiler included, before anything else runs; none outlive
 child. The first hint may also name the first region and its seeds: the child then makes
 their inputs and references too, while the parent starts up. At a sweep's end the child is
 told (no reply awaited) to drop what the sweep left in it.
+
+The candidate expected next may also be sent ahead, after the current one's go: the child
+takes it up the moment it has replied, so its checks do not wait for the parent's turn
+between trials. Its own go may call it off (a result that changed the sampler's mind): the
+child then stops at its next check-in. One that would compile waits for its go first.
 """
 
 from __future__ import annotations
@@ -251,9 +256,14 @@ AHEAD_MIN_ELEMENTS = 1 << 18
 IDLE_BEFORE_COLLECT_S = 0.2  # a request this soon after a sweep's end skips the collection
 
 
+class _CalledOff(Exception):
+    """The parent called off a check it had sent ahead (its go said so)."""
+
+
 class _Go:
     """A check request's gate (`_check.Gate`): the parent's "go" message, which may name the
-    candidate it expects next."""
+    candidate it expects next, or call this one off (one sent ahead that it no longer
+    wants)."""
 
     def __init__(self, region: Any) -> None:
         from ._inputs import output_shape
@@ -275,6 +285,10 @@ class _Go:
             self.wait()  # it has come: reading it does not wait
         return not self.pending and self._builds_next()
 
+    def check_in(self) -> None:
+        if self.pending and select.select([0], [], [], 0)[0]:
+            self.wait()  # it has come: reading it does not wait
+
     def _builds_next(self) -> bool:
         return (self.ahead and self.compiled and self.next is not None
                 and _cpu_lane(self.next[0]))
@@ -289,16 +303,14 @@ class _Go:
             raise SystemExit(0)  # parent gone
         self.next = go.get("next")
         self.clock += time.perf_counter() - t0
+        if go.get("off"):
+            raise _CalledOff
 
     def timed(self) -> None:
         if self.next is None or not self._builds_next():
             return
-        lane, config = self.next
-        key = (self.region, lane, config.key)
-        if key in _READY or (_AHEAD and key in _AHEAD[0].names):
-            return  # built early, or under way (this is called again once the reply is ready)
-        _take_ahead()
-        _AHEAD.append(_Ahead([(self.region, lane, config)]))
+        # (called again once the reply is ready: by then it is under way)
+        _build_behind(self.region, *self.next)
 
 
 def _cpu_lane(name: str) -> bool:
@@ -312,6 +324,33 @@ def _cpu_lane(name: str) -> bool:
         return get_lane(name).platform is Platform.CPU
     except Exception:  # noqa: BLE001  the request for it will say what is wrong
         return False
+
+
+def _built_already(lane: Any, region: Any, config: Config) -> tuple[bool, Any]:
+    """Is the candidate built (in the background, or in the build cache), and its build
+    (None: the background's, for `_take_ahead`)? Looked up: nothing is compiled, and the emit
+    and hash count as the request's build time."""
+    from ._build import NotBuilt, lookup_only
+    from ._lane import build_candidate
+
+    if (region, lane.name, config.key) in _READY:
+        return True, None
+    try:
+        with lookup_only():
+            return True, build_candidate(lane, region, config)
+    except NotBuilt:
+        return False, None
+    except Exception:  # noqa: BLE001  the check itself says what is wrong
+        return False, None
+
+
+def _build_behind(region: Any, lane: str, config: Config) -> None:
+    """Build this candidate in the background: a CPU lane's, unless it is built or under
+    way. Any other build under way is stopped."""
+    key = (region, lane, config.key)
+    if _cpu_lane(lane) and key not in _READY and not (_AHEAD and key in _AHEAD[0].names):
+        _take_ahead()
+        _AHEAD.append(_Ahead([(region, lane, config)]))
 
 
 def _cases_beside_build(req: dict[str, Any]) -> list[int]:
@@ -344,11 +383,23 @@ def _check(req: dict[str, Any]) -> Outcome:
 
     clock = {"build": 0.0, "timing": 0.0, "verify": 0.0}
     t0 = time.perf_counter()
-    seeds = _cases_beside_build(req)
-    built, ahead_s, clock["build"] = _take_ahead(req["lane"], req["region"], req["config"])
-    lane = _Timed(get_lane(req["lane"]), clock)
-    budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
     gate: _Go = req["_gate"]
+    lane = _Timed(get_lane(req["lane"]), clock)
+    found, looked_up = False, None
+    if req.get("ahead"):
+        found, looked_up = _built_already(lane, req["region"], req["config"])
+        if not found:
+            # sent ahead, and to be compiled: it may be called off, and only a compile in the
+            # background can be stopped halfway (at the next request, as one for the
+            # candidate expected next is)
+            _build_behind(req["region"], req["lane"], req["config"])
+            gate.wait()
+    seeds = _cases_beside_build(req)
+    built, ahead_s, waited = _take_ahead(req["lane"], req["region"], req["config"])
+    clock["build"] += waited
+    if built is None:
+        built = looked_up
+    budget, ceiling = req["budget"], max(req["budget"], req.get("ceiling", req["budget"]))
     m = check_candidate(lane, req["region"], req["config"], ceiling,  # type: ignore[arg-type]
                         seeds=seeds, warmup=req["warmup"], repeats=req["repeats"],
                         gate=gate, built=built)
@@ -505,10 +556,15 @@ def _serve_requests(reply_fd: int) -> None:
             _take_ahead()
         try:
             reply: Any = ("ok", _HANDLERS[req["op"]](req))
+        except _CalledOff:
+            reply = ("off", None)
         except Exception:  # a lane raising something unexpected is a result, not a crash
             reply = ("error", traceback.format_exc(limit=8))
         if req["op"] == "check":
-            gate.wait()  # a candidate that never reached timing still takes its "go"
+            try:
+                gate.wait()  # a candidate that never reached timing still takes its "go"
+            except _CalledOff:
+                reply = ("off", None)
             gate.timed()
         _send(reply_fd, reply)
 
@@ -530,6 +586,15 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, **OPENMP_IDLE}
 
 
+@dataclass(frozen=True)
+class _SentAhead:
+    """A check request sent before its turn: the child takes it up as soon as it has replied
+    to the one before."""
+
+    req: dict[str, Any]
+    offset: int  # the log's end when it was sent
+
+
 class _Dead(Exception):
     def __init__(self, status: Status, log: str) -> None:
         super().__init__(log)
@@ -547,6 +612,10 @@ class Worker:
         self.lanes: set[str] = set()  # every lane asked of it
         self.gpu = False  # one of them is not a CPU lane
         self.busy = False  # a request sent, its reply not read (the caller was interrupted)
+        self.ahead: _SentAhead | None = None  # a check sent before its turn (`check`)
+        self.off: _SentAhead | None = None  # one called off, its reply not read yet
+        self.replied = 0.0  # when the last reply was read (perf_counter)
+        self.started = 0.0  # when the child could start on the request of the last call
         self.hinted = False  # told to build early: it may run compilers before any request
         self._early = False  # builds hinted since the last request: it waits for one
         self._chore: Callable[[], bool] | None = None  # parent work, a step per window
@@ -575,6 +644,7 @@ class Worker:
         return self.proc
 
     def _kill(self) -> None:
+        self.ahead = self.off = None  # they go with the child
         if self.proc is not None and self.proc.poll() is None:
             if self.requests or self.hinted:
                 # the compilers it started lead groups of their own: stopped, it starts no
@@ -601,6 +671,7 @@ class Worker:
 
         `cases`, a region and seeds: the child then makes their inputs and references, and
         `seeds_for` hands those seeds to the region's sweep."""
+        self.call_off()
         if self.busy or self._early or not (candidates or cases):
             return  # (a hint not yet taken up by a request: a second one would stop its compile)
         self.hinted = True
@@ -632,19 +703,21 @@ class Worker:
         """Worth keeping for another sweep: alive, idle, has served (one started ahead and
         never asked anything is not kept), not too old, and only CPU lanes ran in it (a GPU
         lane's context would hold device memory for as long as it idles)."""
-        return (self.alive() and not self.busy and not self.gpu
-                and 0 < self.requests < RETIRE_AFTER)
+        return (self.alive() and not self.busy and self.ahead is None and self.off is None
+                and not self.gpu and 0 < self.requests < RETIRE_AFTER)
 
     def idle(self) -> None:
         """Have the child drop what the last sweep left in it, before it waits for the next.
         No reply is awaited (its collection takes 10-20 ms): the next request waits for it."""
         self._early = False
         self._seeds.clear()  # a region the sweep never reached: the next sweep draws its own
+        self.call_off()
         if self.alive() and not self.busy:
             assert self.proc is not None
             _send_to(self.proc, {"op": "forget"})
 
     def close(self) -> None:
+        self.ahead = self.off = None  # (a check sent ahead ends at its go: stdin closes)
         if not self.requests:
             self._kill()  # started ahead and never needed: nothing to finish
         if self.proc is not None and self.proc.poll() is None:
@@ -662,23 +735,69 @@ class Worker:
         self._log.seek(0, os.SEEK_END)
         return text[-LOG_TAIL:]
 
-    def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None) -> Any:
+    def call_off(self, wait: bool = True) -> None:
+        """Call off the check sent ahead, if one is: its go says so, and the child stops at
+        its next check-in and replies without a result. That reply is read now, or with
+        `wait` False by whatever is asked of the worker next."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and not self.busy and self.alive():
+            assert self.proc is not None
+            _send_to(self.proc, {"op": "go", "off": True})
+            self.off = ahead
+        if wait:
+            self._called_off()
+
+    def _called_off(self) -> None:
+        off, self.off = self.off, None
+        if off is not None and self.proc is not None:
+            self.busy = True
+            with contextlib.suppress(_Dead):
+                self._reply(self.proc, off.offset, self.timeout)
+
+    def _send_ahead(self, proc: subprocess.Popen[bytes], req: dict[str, Any]) -> None:
+        self._asked([req["lane"]])
+        self.requests += 1
+        offset = self._log.seek(0, os.SEEK_END)
+        _send_to(proc, {**req, "ahead": True, "settings": _settings_now()})
+        self.ahead = _SentAhead(req, offset)
+
+    def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None,
+              send_next: bool = False) -> Any:
+        ahead = self.ahead
+        if ahead is not None and ahead.req != req:
+            self.call_off()
+            ahead = None
+        self.ahead = None
+        self._called_off()
         if self.busy:
             self._kill()  # interrupted in a request: its late reply must not answer this one
         # the first request after a hint waits for the compile under way: one more deadline
         timeout, self._early = timeout * (2 if self._early else 1), False
-        proc = self._start()
-        self.requests += 1
-        assert proc.stdin is not None and proc.stdout is not None
-        offset = self._log.seek(0, os.SEEK_END)
+        if ahead is not None and self.alive():
+            assert self.proc is not None
+            proc, offset = self.proc, ahead.offset
+            self.started = self.replied  # taken up when the last reply went
+        else:
+            proc = self._start()
+            self.requests += 1
+            offset = self._log.seek(0, os.SEEK_END)
+            self.started = time.perf_counter()
+            _send_to(proc, {**req, "settings": _settings_now()})
+            # The child, woken by its last reply's read, is often still queued on this core:
+            # let it take the request now. Without this, the parent's `meanwhile` ran first
+            # and the child waited 1-5 ms in a third of trials while the other core idled.
+            os.sched_yield()
         self.busy = True
-        _send_to(proc, {**req, "settings": _settings_now()})
-        # The child, woken by its last reply's read, is often still queued on this core: let
-        # it take the request now. Without this, the parent's `meanwhile` ran first and the
-        # child waited 1-5 ms in a third of trials while the other core idled.
-        os.sched_yield()
         if req["op"] == "check":
-            self._meanwhile_then_go(proc, meanwhile)
+            expected = self._meanwhile_then_go(proc, meanwhile)
+            if send_next and expected is not None:
+                # the child takes it up the moment it has replied to this one
+                self._send_ahead(proc, {**req, "lane": expected[0], "config": expected[1]})
+        return self._reply(proc, offset, timeout)
+
+    def _reply(self, proc: subprocess.Popen[bytes], offset: int, timeout: float) -> Any:
+        """The reply to the request in the child; its value (None: called off)."""
+        assert proc.stdout is not None
         fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         buf = b""
@@ -694,6 +813,7 @@ class Worker:
                 code = proc.wait()
                 self.proc = None
                 self.busy = False
+                self.ahead = self.off = None
                 how = (f"killed by {signal.Signals(-code).name}" if code < 0
                        else f"exited with code {code}")
                 raise _Dead(Status.CRASHED, f"worker {how}\n" + self._log_since(offset))
@@ -703,11 +823,15 @@ class Worker:
             if len(buf) >= need and need > _HEADER.size:
                 kind, value = pickle.loads(buf[_HEADER.size:need])
                 self.busy = False
+                self.replied = time.perf_counter()
                 if kind == "error":
                     raise _Dead(Status.LAUNCH_FAILED, value)
                 return value
 
-    def _meanwhile_then_go(self, proc: subprocess.Popen[bytes], meanwhile: Meanwhile) -> None:
+    def _meanwhile_then_go(self, proc: subprocess.Popen[bytes],
+                           meanwhile: Meanwhile) -> tuple[str, Config] | None:
+        """Run the parent's work, then send the go naming the candidate it expects next
+        (returned too)."""
         assert proc.stdin is not None
         try:
             expected = meanwhile() if meanwhile is not None else None
@@ -719,27 +843,34 @@ class Worker:
             self._kill()
             raise
         _send_to(proc, {"op": "go", "next": expected})
+        return expected
 
     def check(self, lane: str, region: Any, config: Config, budget: float, *,
               ceiling: float | None = None, warmup: int = 3, repeats: int = 15,
-              seeds: Sequence[int] | None = None, meanwhile: Meanwhile = None) -> Outcome:
+              seeds: Sequence[int] | None = None, meanwhile: Meanwhile = None,
+              send_next: bool = False) -> Outcome:
         """Build, verify (on `seeds`, else fresh ones), then time; failures are Outcomes.
 
         `meanwhile` is parent work (the previous trial's database writes) run while the child
         builds and verifies; the child starts timing only after it returns. It may return the
         candidate (lane, config) of this region expected next: the child builds that one
-        while it compares this one's output and sends its result.
+        while it compares this one's output and sends its result. With `send_next`, that
+        candidate's check (the same but for lane and config) is sent too, after the go: the
+        child takes it up the moment it has replied, and a `check` of it only sends its go.
+        Anything else asked of the worker first calls it off (`call_off`). Its `wall_s` counts
+        from the moment it was taken up.
         """
         self._asked([lane])
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
                "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
-        t0 = time.perf_counter()
+        self.started = time.perf_counter()
         try:
-            out: Outcome = self._call(req, self.timeout, meanwhile)
+            out: Outcome = self._call(req, self.timeout, meanwhile, send_next)
         except _Dead as d:
-            return Outcome(Measurement(d.status, log=d.log), wall_s=time.perf_counter() - t0)
-        return replace(out, wall_s=time.perf_counter() - t0)
+            return Outcome(Measurement(d.status, log=d.log),
+                           wall_s=time.perf_counter() - self.started)
+        return replace(out, wall_s=time.perf_counter() - self.started)
 
     def interleave(self, region: Any, candidates: Sequence[tuple[str, Config]], *,
                    rounds: int = 5, repeats: int = 10, warmup: int = 3,
@@ -792,6 +923,7 @@ def lease(timeout: float) -> Iterator[Worker]:
         worker.start()
     try:
         yield worker
+        worker.call_off()
     finally:
         keep = worker.reusable()
         if keep:

@@ -14,7 +14,8 @@
    IPC, and search + records (Optuna ask/tell + our commits).
    "Own overhead" = search + records + IPC per trial: what the arbiter adds around a trial,
    reported two ways: steady state (the parent's time between one trial's result and the next
-   trial's request, plus that trial's IPC and gate wait; trials 2..n) and all-in (total minus
+   trial's request, none for a request sent ahead, which the worker takes up as it replies,
+   plus that trial's IPC and gate wait; trials 2..n) and all-in (total minus
    build, kernel timing, verification runs, oracle check and finalists, divided by n: one-time
    startup spread over the sweep). Both count the parent's time and the IPC even where they
    ran while the next candidate compiled ahead: upper bounds. The issue's formula as written
@@ -85,9 +86,12 @@ def sweep(tmp: Path, trials_asked: int = 100_000, db: str = "exhaustive.db",
     check, interleave = _worker.Worker.check, _worker.Worker.interleave
 
     def counted_check(self, *a, **kw):
-        start, cpu0 = time.perf_counter(), _cpu()
+        cpu0 = _cpu()
         out = check(self, *a, **kw)
-        trials.append({"start": start, "end": time.perf_counter(), "cpu0": cpu0, "cpu1": _cpu(),
+        end = time.perf_counter()
+        # a request sent ahead was taken up when the reply before it was read: its wall
+        # counts from then, and the trials' walls tile the sweep
+        trials.append({"start": end - out.wall_s, "end": end, "cpu0": cpu0, "cpu1": _cpu(),
                        "build": out.build_s, "ahead": out.built_ahead_s,
                        "timing": out.timing_s, "gate": out.gate_s,
                        "verify": out.verify_s,
@@ -132,8 +136,8 @@ def sweep(tmp: Path, trials_asked: int = 100_000, db: str = "exhaustive.db",
     # (the part of those writes that build + check did not hide)
     # (a region's finalists, re-timed between its last trial and the next region's first,
     # are measurement, not part of that gap)
-    gaps = [b["start"] - a["end"] - sum(f1 - f0 for f0, f1 in finals
-                                        if a["end"] <= f0 and f1 <= b["start"])
+    gaps = [max(0.0, b["start"] - a["end"] - sum(f1 - f0 for f0, f1 in finals
+                                                 if a["end"] <= f0 and f1 <= b["start"]))
             for a, b in zip(trials, trials[1:])]
     steady = [g + i + w for g, i, w in zip(gaps, ipc[1:], gate[1:])]
     cpu = [b["cpu0"] - a["cpu1"] + (b["cpu1"] - b["cpu0"]) for a, b in zip(trials, trials[1:])]

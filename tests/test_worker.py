@@ -188,6 +188,60 @@ def test_the_build_ahead_runs_once_while_the_worker_replies_and_waits(tmp_path, 
         assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
 
 
+def test_a_check_sent_ahead_is_taken_up_as_the_worker_replies(monkeypatch):
+    _fakes(monkeypatch, "fake_tiny")
+    with Worker(timeout=60) as w:
+        w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2)  # the child's imports
+        a = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                    meanwhile=lambda: ("fake_tiny", OTHER), send_next=True)
+        assert a.measurement.status is Status.OK and w.ahead is not None
+        sent = w.requests
+        time.sleep(0.3)  # the parent's own work; the child checks OTHER meanwhile
+        b = w.check("fake_tiny", REGION, OTHER, 1e-3, warmup=0, repeats=2)
+        assert w.requests == sent and w.ahead is None  # only its go was sent
+    m = b.measurement
+    assert m.status is Status.OK and m.median == pytest.approx(2e-3, rel=0.1)  # OTHER's latency
+    assert b.wall_s >= 0.3  # counted from when the child took it up
+
+
+def test_a_check_sent_ahead_compiles_before_its_go_and_is_called_off_halfway(monkeypatch):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    with Worker(timeout=60) as w:
+        a = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                    meanwhile=lambda: SLOW_BUILD, send_next=True)
+        assert a.measurement.status is Status.OK and w.ahead is not None
+        compiler = _sleeping(w)  # its 30 s compile, in the background before its go
+        t0 = time.perf_counter()
+        b = w.check("fake_tiny", REGION, OTHER, 1e-3, warmup=0, repeats=2)
+        assert time.perf_counter() - t0 < 10 and _gone(compiler) and w.ahead is None
+        assert b.measurement.status is Status.OK and w.starts == 1
+        w.call_off()  # nothing sent ahead: nothing to do
+        c = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2)
+    assert c.measurement.status is Status.OK and w.starts == 1
+
+
+def test_a_check_sent_ahead_that_compiles_counts_its_compile_as_built_ahead(monkeypatch):
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    monkeypatch.setenv("FAKE_BUILD_SECONDS", "1")
+    with Worker(timeout=60) as w:
+        w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                meanwhile=lambda: SLOW_BUILD, send_next=True)
+        time.sleep(0.5)  # the parent's own work, beside the compile
+        b = w.check(SLOW_BUILD[0], REGION, SLOW_BUILD[1], 1e-3, warmup=0, repeats=2)
+    assert b.measurement.status is Status.OK and w.requests == 2
+    assert b.built_ahead_s >= 0.4 and b.build_s + b.built_ahead_s >= 0.9
+
+
+def test_a_check_sent_ahead_goes_with_a_crash_of_the_one_before(monkeypatch):
+    _fakes(monkeypatch, "fake_tiny", "fake_segfault")
+    with Worker(timeout=60) as w:
+        a = w.check("fake_segfault", REGION, Config(), 1e-3, warmup=0, repeats=2,
+                    meanwhile=lambda: ("fake_tiny", ONE), send_next=True)
+        assert a.measurement.status is Status.CRASHED and w.ahead is None
+        b = w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2)
+    assert b.measurement.status is Status.OK and w.starts == 2
+
+
 def test_a_build_ahead_that_is_not_wanted_is_stopped(monkeypatch):
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     with Worker(timeout=60) as w:
