@@ -182,6 +182,8 @@ def test_database_study_holds_each_measured_candidate_once(env):
 
 
 def _children() -> set[str]:
+    """The trial workers among this process's children (not, say, a compiler version query
+    of the fingerprint's thread, which may outlive a refused `tune` by a moment)."""
     import glob
 
     files = glob.glob(f"/proc/{os.getpid()}/task/*/children")
@@ -193,7 +195,14 @@ def _children() -> set[str]:
             out.update(Path(f).read_text().split())
         except FileNotFoundError:  # a thread that ended since the glob: it has no children
             pass
-    return out
+    return {pid for pid in out if _is_worker(pid)}
+
+
+def _is_worker(pid: str) -> bool:
+    try:
+        return b"arbiter._worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended since
+        return False
 
 
 @pytest.mark.parametrize("bad", [{"lanes": ["no_such_lane"]}, {"trials": 0},
