@@ -23,7 +23,9 @@ told (no reply awaited) to drop what the sweep left in it.
 The candidate expected next may also be sent ahead, after the current one's go: the child
 takes it up the moment it has replied, so its checks do not wait for the parent's turn
 between trials. Its own go may call it off (a result that changed the sampler's mind): the
-child then stops at its next check-in. One that would compile waits for its go first.
+child then stops at its next check-in. One that would compile waits for its go before
+anything else, its compile (a CPU lane's) under way in the background meanwhile, so that a
+call-off stops the compiler too.
 """
 
 from __future__ import annotations
