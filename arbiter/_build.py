@@ -39,11 +39,12 @@ _LOOKUP = threading.local()
 def lookup_only() -> Iterator[None]:
     """In this block, `cached_build` (in this thread) finds an artifact or raises `NotBuilt`,
     as does `run_tool` for a candidate's compile: nothing is compiled."""
+    before = getattr(_LOOKUP, "only", False)
     _LOOKUP.only = True
     try:
         yield
     finally:
-        _LOOKUP.only = False
+        _LOOKUP.only = before
 
 
 # The compiler each thread is running, so that another thread can stop it (the worker's build

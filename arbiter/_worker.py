@@ -283,8 +283,8 @@ class _Go:
     def early(self, built: Any) -> bool:
         # a sweep whose candidates compile: the next one most likely does too
         self.compiled = not built.cached
-        if self.ahead and self.compiled and self.pending and select.select([0], [], [], 0)[0]:
-            self.wait()  # it has come: reading it does not wait
+        if self.ahead and self.compiled:
+            self.check_in()
         return not self.pending and self._builds_next()
 
     def check_in(self) -> None:
@@ -387,7 +387,7 @@ def _check(req: dict[str, Any]) -> Outcome:
     t0 = time.perf_counter()
     gate: _Go = req["_gate"]
     lane = _Timed(get_lane(req["lane"]), clock)
-    found, looked_up = False, None
+    looked_up = None
     if req.get("ahead"):
         found, looked_up = _built_already(lane, req["region"], req["config"])
         if not found:
@@ -756,12 +756,16 @@ class Worker:
             with contextlib.suppress(_Dead):
                 self._reply(self.proc, off.offset, self.timeout)
 
-    def _send_ahead(self, proc: subprocess.Popen[bytes], req: dict[str, Any]) -> None:
-        self._asked([req["lane"]])
+    def _request(self, proc: subprocess.Popen[bytes], req: dict[str, Any]) -> int:
+        """Send a request with the settings it follows; the log's end before it."""
         self.requests += 1
         offset = self._log.seek(0, os.SEEK_END)
-        _send_to(proc, {**req, "ahead": True, "settings": _settings_now()})
-        self.ahead = _SentAhead(req, offset)
+        _send_to(proc, {**req, "settings": _settings_now()})
+        return offset
+
+    def _send_ahead(self, proc: subprocess.Popen[bytes], req: dict[str, Any]) -> None:
+        self._asked([req["lane"]])
+        self.ahead = _SentAhead(req, self._request(proc, {**req, "ahead": True}))
 
     def _call(self, req: dict[str, Any], timeout: float, meanwhile: Meanwhile = None,
               send_next: bool = False) -> Any:
@@ -780,11 +784,9 @@ class Worker:
             proc, offset = self.proc, ahead.offset
             self.started = self.replied  # taken up when the last reply went
         else:
-            proc = self._start()
-            self.requests += 1
-            offset = self._log.seek(0, os.SEEK_END)
             self.started = time.perf_counter()
-            _send_to(proc, {**req, "settings": _settings_now()})
+            proc = self._start()
+            offset = self._request(proc, req)
             # The child, woken by its last reply's read, is often still queued on this core:
             # let it take the request now. Without this, the parent's `meanwhile` ran first
             # and the child waited 1-5 ms in a third of trials while the other core idled.
@@ -866,8 +868,7 @@ class Worker:
         req = {"op": "check", "lane": lane, "region": region, "config": config,
                "budget": budget, "ceiling": ceiling or budget, "warmup": warmup,
                "repeats": repeats, "seeds": list(seeds) if seeds is not None else None}
-        self.started = time.perf_counter()
-        try:
+        try:  # (`_call` sets `started`)
             out: Outcome = self._call(req, self.timeout, meanwhile, send_next)
         except _Dead as d:
             return Outcome(Measurement(d.status, log=d.log),
