@@ -27,12 +27,17 @@ def proc(pid: int) -> Proc | None:
     return Proc(pid, text[text.index("(") + 1:text.rindex(")")], state, int(ppid), int(group))
 
 
-def live() -> Iterator[Proc]:
-    """Every process not a zombie."""
+def every() -> Iterator[Proc]:
+    """Every process, zombies included."""
     for entry in Path("/proc").iterdir():
         p = proc(int(entry.name)) if entry.name.isdigit() else None
-        if p is not None and p.state != "Z":
+        if p is not None:
             yield p
+
+
+def live() -> Iterator[Proc]:
+    """Every process not a zombie."""
+    return (p for p in every() if p.state != "Z")
 
 
 def soon(condition: Callable[[], bool], within: float = 5.0) -> bool:

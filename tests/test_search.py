@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import arbiter
 from arbiter import ArbiterError, FusedRegion
 from arbiter._fingerprint import Fingerprint
 from tests import fake_lanes
-from tests.procs import rss_mb, soon
+from tests.procs import every, rss_mb, soon
 
 REGION = FusedRegion(8, 16, 8, name="small", epilogue=("bias", "relu"))
 FAILING = ["fake_segfault", "fake_hang", "fake_garbage", "fake_untouched", "fake_nan",
@@ -182,27 +183,11 @@ def test_database_study_holds_each_measured_candidate_once(env):
 
 
 def _children() -> set[str]:
-    """The trial workers among this process's children (not, say, a compiler version query
-    of the fingerprint's thread, which may outlive a refused `tune` by a moment)."""
-    import glob
-
-    files = glob.glob(f"/proc/{os.getpid()}/task/*/children")
-    if not files:
-        pytest.skip("no /proc/PID/task/TID/children on this kernel")
-    out = set()
-    for f in files:
-        try:
-            out.update(Path(f).read_text().split())
-        except FileNotFoundError:  # a thread that ended since the glob: it has no children
-            pass
-    return {pid for pid in out if _is_worker(pid)}
-
-
-def _is_worker(pid: str) -> bool:
-    try:
-        return b"arbiter._worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # ended since
-        return False
+    """This process's trial workers, zombies included: its children running this Python (not,
+    say, a version query of the fingerprint's thread, which may outlive a refused `tune` by
+    a moment)."""
+    me, python = os.getpid(), Path(sys.executable).name[:15]  # (the kernel keeps 15)
+    return {str(p.pid) for p in every() if p.ppid == me and p.name == python}
 
 
 @pytest.mark.parametrize("bad", [{"lanes": ["no_such_lane"]}, {"trials": 0},
