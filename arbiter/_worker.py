@@ -155,7 +155,10 @@ class _Ahead:
         self.built: dict[_Key, tuple[Any, float, float]] = {}
         self.lock = threading.Lock()
         self.stopped = False  # killed: not wanted after all
-        self.enough = False  # a request came: the build under way is the last one
+        # the region of the request that came (None: a request for none): no other build
+        # starts, but for the first compile of early builds in that region
+        self.asked: list[Any] = []
+        self.compiled = False  # a compiler ran (a build that was no cache hit)
         self.under_way: _Key | None = None
         self.thread = threading.Thread(target=self._build, args=(candidates,), daemon=True)
         self.thread.start()
@@ -167,7 +170,7 @@ class _Ahead:
         for region, lane, config in candidates:
             key = (region, lane, config.key)
             with self.lock:
-                if self.stopped or self.enough:
+                if self.stopped or (self.asked and not self._first_compile_for(region)):
                     return
                 self.under_way = key
             start = time.perf_counter()
@@ -180,15 +183,23 @@ class _Ahead:
                 if self.stopped:  # its compiler was killed: not a build
                     return
                 self.built[key] = (built, start, time.perf_counter())
+                self.compiled = self.compiled or not getattr(built, "cached", False)
+
+    def _first_compile_for(self, region: Any) -> bool:
+        # A region's first request often comes before its early builds began (they start in
+        # a thread, and a lane without a compiler may come first): its references are then
+        # made while that region's first compile runs, not before it
+        return self.early and not self.compiled and self.asked[0] == region
 
     def waits_for(self, lane: str | None, region: Any, config: Config | None) -> bool:
         """A request came: no other build starts. Must the one for (lane, region, config)
         wait for the build under way (else it is dropped, compiler killed: none may run
         while a candidate is checked or timed)? For the candidate expected next, only its
         own request waits; for early builds, a request in the region of the one under way
-        (or when none is)."""
+        (or when none is: the region's first compile may start still)."""
         with self.lock:
-            self.enough = True
+            if not self.asked:
+                self.asked.append(region if lane is not None and config is not None else None)
             under = self.under_way
         if lane is None or config is None:
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -351,6 +352,40 @@ def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(m
         _worker._take_ahead()
         _check.forget_cases()
     assert not ahead.thread.is_alive()
+
+
+@pytest.mark.parametrize("where", ["same region", "other region"])
+def test_a_request_before_the_early_builds_began_still_waits_for_its_regions_first_compile(
+        tmp_path, monkeypatch, where):
+    # in this process: the builds' thread is held until the request has come. A lane with
+    # no compiler first (a cache hit), then the region's first compile: that one runs, for
+    # a request in its region, while the request makes its references; none after it
+    from arbiter import _worker
+
+    _fakes(monkeypatch, "fake_slow_build")
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FAKE_BUILD_SECONDS", "1")
+    monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds"))
+    held = threading.Event()
+    build = _worker._Ahead._build
+    monkeypatch.setattr(_worker._Ahead, "_build", lambda self, c: held.wait() and build(self, c))
+    ahead = _worker._Ahead([(BIG, "numpy", Config()), (BIG, *SLOW_BUILD),
+                            (BIG, "fake_slow_build", OTHER)], early=True)
+    try:
+        asked = BIG if where == "same region" else REGION
+        assert ahead.waits_for("numpy", asked, Config())  # nothing under way: it waits
+        held.set()
+        ahead.thread.join(30)
+        builds = tmp_path / "builds"
+        if where == "other region":
+            assert not ahead.built and not builds.exists()
+        else:
+            assert list(ahead.built) == [(BIG, "numpy", Config().key), (BIG, SLOW_BUILD[0],
+                                                             SLOW_BUILD[1].key)]
+            assert builds.read_text().splitlines() == [SLOW_BUILD[1].key]
+    finally:
+        held.set()
+        ahead.drop()
 
 
 @pytest.mark.parametrize("how", ["close", "kill"])
