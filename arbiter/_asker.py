@@ -135,6 +135,20 @@ class Asker:
                 return self._ahead[0][1], self._ahead[0][2]
         return None
 
+    def ask_ahead_of_default(self, busy: tuple[str, str]) -> tuple[str, Config] | None:
+        """`ask_ahead` while the region's last lane default (`busy`, measured without the
+        sampler) is in the worker, where no result can change the proposal: the sampler
+        draws at random still, and would with that default's result too. Else None: the
+        first proposal is asked once that result is recorded."""
+        random_draw = getattr(self.study, "drawing_at_random", None)
+        if random_draw is None or not random_draw(finishing=1):
+            return None
+        return self.ask_ahead(busy)
+
+    def asked_ahead(self) -> bool:
+        """Is a proposal asked ahead, for `next` to hand over?"""
+        return bool(self._ahead) and self._ahead[0] is not None
+
     def next(self) -> tuple[Any, str, Config] | None:
         """The proposal asked ahead, else one asked now (the last one went to no worker, or
         it was not yet clear one more was needed); None when done."""
@@ -167,9 +181,7 @@ class Asker:
             self.dupes += 1
         self._record(trial, r)
         told = [trial, *self.waiting]
-        for t in self.waiting:
-            self._tell(t, r)
-        self.waiting.clear()
+        self.told_waiting(r)
         if self._ahead and self._ahead[0] is not None:
             good = self._good({t.number for t in told})
             if good is None:
@@ -177,6 +189,12 @@ class Asker:
             if good:
                 _tell(self.study, self._ahead[0][0], failed=True)
                 self._ahead = []
+
+    def told_waiting(self, r: Result) -> None:
+        """The result of the candidate in flight, for the repeats of it asked meanwhile."""
+        for t in self.waiting:
+            self._tell(t, r)
+        self.waiting.clear()
 
     def stands(self, trial: Any, m: Measurement) -> bool:
         """Will the proposal asked ahead of `m` (`trial`'s result, not recorded yet) stand,

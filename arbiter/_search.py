@@ -4,7 +4,8 @@ Every lane's default is measured first, then either the whole space (when it is 
 than the trial budget: enumerated, never sampled) or the sampler's proposals (`Asker`). Each
 candidate goes to the worker with the database study's writes and the next proposal as the
 worker's `meanwhile` (`Studies.flush`, `Asker.ask_ahead`): done while it builds and checks,
-never while it times. So is the bookkeeping of the trial before: its record, and telling the
+never while it times (the sampler's first proposal in the last default's window, while the
+sampler still draws at random). So is the bookkeeping of the trial before: its record, and telling the
 sampler, are done once the next candidate is on its way (`settle`), unless the next proposal
 depends on it. Our records are the source of truth: the studies are rebuilt from them.
 Finalists are re-timed interleaved.
@@ -136,14 +137,28 @@ def tune_region(
             # the CPU lanes' compile while the first request makes the region's references
             worker.build_early([(region, name, default) for name, default in defaults[:left()]
                                 if p.lanes[name].platform is Platform.CPU])
-            for i, (name, default) in enumerate(defaults):
-                if left() > 0:
-                    # the sampler's study is made while the last default is checked
-                    last = not enumerate_all and i == len(defaults) - 1
-                    measure(name, default, studies.recorded,
-                            studies.flush_and_ready if last else studies.flush)
             rng = random.Random(seed)
             candidates = pool(p, rng)
+            made: list[Asker] = []  # the sampled path's, made in the last default's window
+
+            def first_ask(busy: tuple[str, str]) -> Expected:
+                """The sampler's study made, and its first proposal asked ahead where no
+                result changes it."""
+                studies.flush_and_ready()
+                made.append(Asker(studies.memory(), p, candidates, rng, budget,
+                                  refuse=refuse, mirror=studies.asked))
+                return made[0].ask_ahead_of_default(busy)
+
+            def default_recorded(r: Result) -> None:
+                studies.recorded(r)
+                if made:  # a proposal asked ahead may repeat the default
+                    made[0].told_waiting(r)
+
+            for i, (name, default) in enumerate(defaults):
+                if left() > 0:
+                    last = not enumerate_all and i == len(defaults) - 1
+                    measure(name, default, default_recorded,
+                            partial(first_ask, (name, default.key)) if last else studies.flush)
             while enumerate_all and left() > 0:
                 # nothing to sample: measure what is left and tell the studies as finished
                 # trials
@@ -157,9 +172,11 @@ def tune_region(
 
                 measure(*pick, studies.recorded, following)
             if not enumerate_all and left() > 0:
-                settle()  # the sampler's study starts from every result
-                asker = Asker(studies.memory(), p, candidates, rng, budget, refuse=refuse,
-                              mirror=studies.asked)
+                asker = made[0] if made else None
+                if asker is None or not asker.asked_ahead():
+                    settle()  # the sampler's first ask starts from every result
+                    asker = asker or Asker(studies.memory(), p, candidates, rng, budget,
+                                           refuse=refuse, mirror=studies.asked)
                 nxt = asker.next()
                 while nxt is not None:
                     trial, lane, cfg = nxt

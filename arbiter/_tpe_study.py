@@ -128,6 +128,11 @@ class TPEStudy:
         t.user_attrs = dict(frozen.user_attrs)
         self._finish(t, float(frozen.value), float(frozen.system_attrs["constraints"][0]))
 
+    def drawing_at_random(self, finishing: int = 0) -> bool:
+        """Are its proposals still random draws (too few finished trials), and would they
+        be with `finishing` more? Such a proposal does not depend on any result."""
+        return len(self._ranked) + finishing < self.n_startup_trials
+
     def good_now(self, trial: Trial,
                  assume: dict[int, tuple[float, float]] | None = None) -> set[int] | None:
         """The numbers of the trials a proposal for `trial` would now draw from (TPE's good
