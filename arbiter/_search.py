@@ -5,9 +5,9 @@ than the trial budget: enumerated, never sampled) or the sampler's proposals (`A
 candidate goes to the worker with the database study's writes and the next proposal as the
 worker's `meanwhile` (`Studies.flush`, `Asker.ask_ahead`): done while it builds and checks,
 never while it times (the sampler's first proposal in the last default's window, while the
-sampler still draws at random). So is the bookkeeping of the trial before: its record, and telling the
-sampler, are done once the next candidate is on its way (`settle`), unless the next proposal
-depends on it. Our records are the source of truth: the studies are rebuilt from them.
+sampler still draws at random). So is the bookkeeping of the trial before: its record, and
+telling the sampler, are done once the next candidate is on its way (`settle`), unless the
+next proposal depends on it. Our records are the source of truth: the studies are rebuilt from them.
 Finalists are re-timed interleaved.
 """
 
