@@ -172,7 +172,9 @@ def sweep(tmp: Path, trials_asked: int = 100_000, db: str = "exhaustive.db",
             "all_in_from_process_start_ms_per_trial":
                 1e3 * (wall0 - spawned_at + search + sum(ipc) + sum(gate)) / n}
            if spawned_at is not None else {}),
-        "tail_s": total - (trials[-1]["end"] - t0) - acc["finals"],
+        # after the last trial: the last region's finalists (not counted here) and the rest
+        "tail_s": total - (trials[-1]["end"] - t0) - sum(
+            f1 - f0 for f0, f1 in finals if f0 >= trials[-1]["end"]),
         "steady_ms_per_trial": {"mean": 1e3 * statistics.mean(steady),
                                 "median": 1e3 * statistics.median(steady),
                                 "p90": 1e3 * sorted(steady)[int(0.9 * len(steady))],
