@@ -25,6 +25,10 @@ __all__ = ["DUPES_BEFORE_ENUM", "Asker", "pool", "unmeasured"]
 DUPES_BEFORE_ENUM = 8  # consecutive already-measured proposals before we pick one ourselves
 
 
+class _NotNow(Exception):
+    """The next ask would depend on a result not recorded yet."""
+
+
 def pool(p: Plan, rng: random.Random) -> list[tuple[str, Config]]:
     """Every listable candidate, in a seeded random order."""
     out = [(lane, c) for lane, space in p.spaces.items() if p.sizes[lane] is not None
@@ -102,8 +106,14 @@ class Asker:
         self.waiting: list[Any] = []  # asked for the candidate in flight
         self._ahead: list[tuple[Any, str, Config] | None] = []
 
-    def propose(self, busy: tuple[str, str] | None = None) -> tuple[Any, str, Config] | None:
+    def propose(self, busy: tuple[str, str] | None = None,
+                random_only: Callable[[], bool] | None = None,
+                ) -> tuple[Any, str, Config] | None:
+        """With `random_only`: raises `_NotNow` before an ask it says would not be a random
+        draw (that ask and what follows it are left to a later call)."""
         while self.asks < self.limit:
+            if random_only is not None and not random_only():
+                raise _NotNow
             self.asks += 1
             if self.dupes >= DUPES_BEFORE_ENUM:
                 pick = unmeasured(self.p, self.pool, self.rng, busy)
@@ -141,9 +151,16 @@ class Asker:
         draws at random still, and would with that default's result too. Else None: the
         first proposal is asked once that result is recorded."""
         random_draw = getattr(self.study, "drawing_at_random", None)
-        if random_draw is None or not random_draw(finishing=1):
+        if random_draw is None or self.p.needed <= 1:
             return None
-        return self.ask_ahead(busy)
+        # after that result, each ask would see it, and each repeat of the default (told at
+        # once then, held in `waiting` now), as one more finished trial
+        try:
+            got = self.propose(busy, lambda: random_draw(finishing=1 + len(self.waiting)))
+        except _NotNow:
+            return None  # `next` asks on, once that result is recorded
+        self._ahead = [got]
+        return (got[1], got[2]) if got is not None else None
 
     def asked_ahead(self) -> bool:
         """Is a proposal asked ahead, for `next` to hand over?"""

@@ -395,45 +395,71 @@ def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
 
 def test_a_first_proposal_asked_beside_the_last_default_is_the_one_asked_after_it(env):
     # the search asks the sampler's first proposal while the region's last lane default is
-    # checked, only while the sampler draws at random (and would with that default's result)
+    # checked, as far as the sampler would draw at random with that default's result too:
+    # what it hands over next is what it would have asked after that result, repeats of
+    # measured configs, of the default and refused configs on the way included
     import random
 
-    from arbiter._asker import Asker, _suggest, pool
+    from arbiter._asker import Asker, pool
     from arbiter._plan import Plan
+    from arbiter._records import Result
     from arbiter._samplers import make_study
-    from arbiter._studies import _distributions, params
+    from arbiter._studies import _distributions, objective, params
     from arbiter._study_rows import Finished
+    from arbiter._values import Status
 
     lane = arbiter.get_lane("fake_tiny")
     space = lane.space(REGION)
-    p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 18, 18)
-    configs = [c for c in space.configs() if space.violation(c) is None]
+    valid = [c for c in space.configs() if space.violation(c) is None]
 
-    def finished(i: int):
-        attrs = {"candidate": i, "status": "ok", "rel_error": 1e-7, "constraint": -1e-3}
-        return Finished(params("fake_tiny", configs[i]), _distributions(p, "fake_tiny"),
-                        lane.latency(configs[i]) * 1e3, attrs).frozen()
+    def result(i: int, cfg, status=Status.OK) -> Result:
+        ok = status is Status.OK
+        return Result(i, "fake_tiny", cfg, status, 1e-7 if ok else None, None,
+                      lane.latency(cfg) if ok else None, None, 1e-3)
 
-    last = finished(0)
-    for before in range(12):
-        after_it, beside_it = make_study("tpe", 5), make_study("tpe", 5)
-        for study in (after_it, beside_it):
-            for i in range(1, before + 1):
-                study.add_trial(finished(i))
-        random_start = beside_it.drawing_at_random(finishing=1)
-        assert random_start == (before + 1 < 10)  # `tpe` starts with 10 random draws
-        after_it.add_trial(last)
-        expected = _suggest(after_it.ask(), p)
-        got = _suggest(beside_it.ask(), p)
-        beside_it.add_trial(last)
-        if random_start:
-            assert got == expected, before
-        asker = Asker(make_study("tpe", 5), p, pool(p, random.Random(0)), random.Random(0),
-                      1e-3)
-        for i in range(1, before + 1):
-            asker.study.add_trial(finished(i))
-        ahead = asker.ask_ahead_of_default(("fake_tiny", configs[0].key))
-        assert (ahead is not None) == random_start
+    def asker(sampler: str, seed: int, before: list):
+        p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 24, 18)
+        study = make_study(sampler, seed)
+
+        def add(r: Result) -> None:
+            p.measured[("fake_tiny", r.config.key)] = r
+            value, attrs = objective(r, 1e-3)
+            study.add_trial(Finished(params("fake_tiny", r.config),
+                                     _distributions(p, "fake_tiny"), value, attrs).frozen())
+
+        def refuse(name, cfg):
+            r = p.measured[(name, cfg.key)] = result(-1, cfg, Status.INVALID)
+            return r
+
+        for i, cfg in enumerate(before):
+            add(result(i, cfg))
+        return Asker(study, p, pool(p, random.Random(seed)), random.Random(seed), 1e-3,
+                     refuse=refuse), add
+
+    asked_ahead = 0
+    for sampler, startup in (("tpe", 10), ("tpe-startup5", 5)):
+        for seed in range(40):
+            rng = random.Random(seed)
+            before = rng.sample(valid, rng.randrange(startup - 1))
+            default = rng.choice([c for c in valid if c not in before])
+            r = result(len(before), default)
+            after_it, add = asker(sampler, seed, before)
+            add(r)
+            expected = after_it.next()
+            beside_it, add = asker(sampler, seed, before)
+            got = beside_it.ask_ahead_of_default(("fake_tiny", default.key))
+            add(r)
+            beside_it.told_waiting(r)
+            assert beside_it.asked_ahead() == (got is not None)
+            asked_ahead += got is not None
+            handed = beside_it.next()
+            assert (handed[1], handed[2]) == (expected[1], expected[2]), (sampler, seed)
+            assert got is None or got == (handed[1], handed[2])
+            assert not beside_it.waiting
+    assert asked_ahead > 40  # most were asked ahead; the rest, once the default was recorded
+    # once TPE proper would start with the default's result, none is asked ahead
+    late, _ = asker("tpe", 0, valid[:9])
+    assert late.ask_ahead_of_default(("fake_tiny", valid[9].key)) is None
 
 
 def test_a_proposal_asked_ahead_stands_unless_the_result_is_among_tpes_good_trials(env):
