@@ -105,6 +105,7 @@ class Asker:
         self.limit = 5 * p.target + 100
         self.waiting: list[Any] = []  # asked for the candidate in flight
         self._ahead: list[tuple[Any, str, Config] | None] = []
+        self._default: list[Any] = []  # the trial of the last default, asked ahead of it
 
     def propose(self, busy: tuple[str, str] | None = None,
                 random_only: Callable[[], bool] | None = None,
@@ -145,14 +146,22 @@ class Asker:
                 return self._ahead[0][1], self._ahead[0][2]
         return None
 
-    def ask_ahead_of_default(self, busy: tuple[str, str]) -> tuple[str, Config] | None:
-        """`ask_ahead` while the region's last lane default (`busy`, measured without the
-        sampler) is in the worker, where no result can change the proposal: the sampler
-        draws at random still, and would with that default's result too. Else None: the
-        first proposal is asked once that result is recorded."""
+    def ask_ahead_of_default(self, lane: str, default: Config) -> tuple[str, Config] | None:
+        """`ask_ahead` while the region's last lane default (measured without the sampler) is
+        in the worker, where no result can change the proposal: the sampler draws at random
+        still, and would with that default's result too. Else None: the first proposal is
+        asked once that result is recorded (`told_default`).
+
+        The default gets its trial first, finished by `told_default`: the study's trials are
+        then numbered as when the default was recorded before the first ask (TPE lays out
+        its estimator in number order)."""
         random_draw = getattr(self.study, "drawing_at_random", None)
-        if random_draw is None or self.p.needed <= 1:
+        if random_draw is None or self.p.needed <= 1 or not random_draw(finishing=1):
             return None
+        self.study.enqueue_trial(params(lane, default), skip_if_exists=False)
+        self._default = [self.study.ask()]
+        _suggest(self._default[0], self.p)
+        busy = (lane, default.key)
         # after that result, each ask would see it, and each repeat of the default (told at
         # once then, held in `waiting` now), as one more finished trial
         try:
@@ -161,6 +170,15 @@ class Asker:
             return None  # `next` asks on, once that result is recorded
         self._ahead = [got]
         return (got[1], got[2]) if got is not None else None
+
+    def told_default(self, r: Result) -> bool:
+        """The last default's result, for its trial and the repeats of it asked meanwhile.
+        False: it has no trial here (none was asked ahead of it): the caller adds it."""
+        default, self._default = self._default, []
+        if default:
+            self._tell(default[0], r)
+        self.told_waiting(r)
+        return bool(default)
 
     def asked_ahead(self) -> bool:
         """Is a proposal asked ahead, for `next` to hand over?"""

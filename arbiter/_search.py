@@ -141,24 +141,23 @@ def tune_region(
             candidates = pool(p, rng)
             made: list[Asker] = []  # the sampled path's, made in the last default's window
 
-            def first_ask(busy: tuple[str, str]) -> Expected:
+            def first_ask(busy: tuple[str, Config]) -> Expected:
                 """The sampler's study made, and its first proposal asked ahead where no
                 result changes it."""
                 studies.flush_and_ready()
                 made.append(Asker(studies.memory(), p, candidates, rng, budget,
                                   refuse=refuse, mirror=studies.asked))
-                return made[0].ask_ahead_of_default(busy)
+                return made[0].ask_ahead_of_default(*busy)
 
             def default_recorded(r: Result) -> None:
-                studies.recorded(r)
-                if made:  # a proposal asked ahead may repeat the default
-                    made[0].told_waiting(r)
+                # the sampler's study gets it from the Asker when it was asked ahead of it
+                studies.recorded(r, sampler=not (made and made[0].told_default(r)))
 
             for i, (name, default) in enumerate(defaults):
                 if left() > 0:
                     last = not enumerate_all and i == len(defaults) - 1
                     measure(name, default, default_recorded,
-                            partial(first_ask, (name, default.key)) if last else studies.flush)
+                            partial(first_ask, (name, default)) if last else studies.flush)
             while enumerate_all and left() > 0:
                 # nothing to sample: measure what is left and tell the studies as finished
                 # trials

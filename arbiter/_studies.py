@@ -118,11 +118,12 @@ class Studies:
         self.flush()
         self.memory()
 
-    def recorded(self, r: Result) -> None:
-        """A result measured without the sampler asking (defaults, enumeration)."""
+    def recorded(self, r: Result, sampler: bool = True) -> None:
+        """A result measured without the sampler asking (defaults, enumeration); with
+        `sampler` False, its study was told it already."""
         t = self._recorded(r)
         if t is not None:
-            if self._memory is not None:
+            if self._memory is not None and sampler:
                 self._memory.add_trial(t.frozen())
             self._pend(t)
 

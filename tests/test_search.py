@@ -447,19 +447,25 @@ def test_a_first_proposal_asked_beside_the_last_default_is_the_one_asked_after_i
             add(r)
             expected = after_it.next()
             beside_it, add = asker(sampler, seed, before)
-            got = beside_it.ask_ahead_of_default(("fake_tiny", default.key))
-            add(r)
-            beside_it.told_waiting(r)
+            got = beside_it.ask_ahead_of_default("fake_tiny", default)
+            beside_it.p.measured[("fake_tiny", default.key)] = r
+            if not beside_it.told_default(r):
+                add(r)
             assert beside_it.asked_ahead() == (got is not None)
             asked_ahead += got is not None
             handed = beside_it.next()
             assert (handed[1], handed[2]) == (expected[1], expected[2]), (sampler, seed)
             assert got is None or got == (handed[1], handed[2])
             assert not beside_it.waiting
+            # the same study: its trials numbered alike, with the same params and results
+            for a, b in zip(after_it.study.trials, beside_it.study.trials, strict=True):
+                assert (a.number, a.state, a.params) == (b.number, b.state, b.params)
+            assert after_it.study._ranked == beside_it.study._ranked
     assert asked_ahead > 40  # most were asked ahead; the rest, once the default was recorded
     # once TPE proper would start with the default's result, none is asked ahead
     late, _ = asker("tpe", 0, valid[:9])
-    assert late.ask_ahead_of_default(("fake_tiny", valid[9].key)) is None
+    assert late.ask_ahead_of_default("fake_tiny", valid[9]) is None
+    assert not late.told_default(result(9, valid[9]))  # the caller adds it then
 
 
 def test_a_proposal_asked_ahead_stands_unless_the_result_is_among_tpes_good_trials(env):
