@@ -137,11 +137,13 @@ class Asker:
             self.dupes += 1
         return None
 
-    def ask_ahead(self, busy: tuple[str, str]) -> tuple[str, Config] | None:
+    def ask_ahead(self, busy: tuple[str, str],
+                  random_only: Callable[[], bool] | None = None) -> tuple[str, Config] | None:
         """While `busy` is in the worker (its result not recorded yet): ask for the one after
-        it, if one more will be needed; `next` hands it over. Returns its (lane, config)."""
+        it, if one more will be needed; `next` hands it over. Returns its (lane, config).
+        (`random_only`: as `propose`'s; nothing is handed over when it stops the asks.)"""
         if self.p.needed > 1:
-            self._ahead = [self.propose(busy)]
+            self._ahead = [self.propose(busy, random_only)]
             if self._ahead[0] is not None:
                 return self._ahead[0][1], self._ahead[0][2]
         return None
@@ -161,15 +163,13 @@ class Asker:
         self.study.enqueue_trial(params(lane, default), skip_if_exists=False)
         self._default = [self.study.ask()]
         _suggest(self._default[0], self.p)
-        busy = (lane, default.key)
         # after that result, each ask would see it, and each repeat of the default (told at
         # once then, held in `waiting` now), as one more finished trial
         try:
-            got = self.propose(busy, lambda: random_draw(finishing=1 + len(self.waiting)))
+            return self.ask_ahead((lane, default.key),
+                                  lambda: random_draw(finishing=1 + len(self.waiting)))
         except _NotNow:
             return None  # `next` asks on, once that result is recorded
-        self._ahead = [got]
-        return (got[1], got[2]) if got is not None else None
 
     def told_default(self, r: Result) -> bool:
         """The last default's result, for its trial and the repeats of it asked meanwhile.

@@ -141,12 +141,15 @@ def tune_region(
             candidates = pool(p, rng)
             made: list[Asker] = []  # the sampled path's, made in the last default's window
 
+            def new_asker() -> Asker:
+                return Asker(studies.memory(), p, candidates, rng, budget, refuse=refuse,
+                             mirror=studies.asked)
+
             def first_ask(busy: tuple[str, Config]) -> Expected:
                 """The sampler's study made, and its first proposal asked ahead where no
                 result changes it."""
                 studies.flush_and_ready()
-                made.append(Asker(studies.memory(), p, candidates, rng, budget,
-                                  refuse=refuse, mirror=studies.asked))
+                made.append(new_asker())
                 return made[0].ask_ahead_of_default(*busy)
 
             def default_recorded(r: Result) -> None:
@@ -174,8 +177,7 @@ def tune_region(
                 asker = made[0] if made else None
                 if asker is None or not asker.asked_ahead():
                     settle()  # the sampler's first ask starts from every result
-                    asker = asker or Asker(studies.memory(), p, candidates, rng, budget,
-                                           refuse=refuse, mirror=studies.asked)
+                    asker = asker or new_asker()
                 nxt = asker.next()
                 while nxt is not None:
                     trial, lane, cfg = nxt
