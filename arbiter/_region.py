@@ -8,6 +8,7 @@ under two names shares its records.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -88,8 +89,9 @@ class _Keyed:
             out[name] = v
         return out
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        # (asked several times a check: a region is frozen, so it is worked out once)
         text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,36 +85,7 @@ class X86CLane:
         return None
 
     def space(self, region: Region) -> Space:
-        threads = _thread_choices()
-        vec = _vec_choices()
-        common = (
-            Tunable("threads", threads, threads[-1]),
-            Tunable("vec", vec, vec[-1]),
-            Tunable("fast_math", (False, True), False),
-        )
-        if isinstance(region, AttentionRegion):
-            return Space(common + attention_tunables(), ())
-        if isinstance(region, FusedRegion):
-            tunables = common + (
-                Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
-                Tunable("mc", (48, 96, 192), 96),
-                Tunable("kc", (128, 256, 512), 256),
-            )
-            rules = (
-                Rule("tile: NR must be whole vectors and MR*NR accumulators plus one row of B "
-                     "must fit the vector register file", _tile_fits),
-                Rule("mc must be a multiple of the tile's MR",
-                     lambda v: v["mc"] % parse_tile(v["tile"])[0] == 0),
-            )
-            return Space(tunables, rules)
-        return Space(
-            common + (
-                Tunable("row_block", (1, 4, 16, 64), 16),
-                Tunable("stream", (False, True), True),
-                Tunable("schedule", ("static", "dynamic"), "dynamic"),
-            ),
-            (),
-        )
+        return _space(region)
 
     def emit(self, region: Region, config: Config) -> KernelSource:
         if isinstance(region, AttentionRegion):
@@ -129,6 +100,41 @@ class X86CLane:
         from .run import CRunner  # numpy: not needed for a build
 
         return CRunner(artifact, region)
+
+
+@lru_cache(maxsize=64)
+def _space(region: Region) -> Space:
+    """A region's space, made once (a worker asks for it several times a check)."""
+    threads = _thread_choices()
+    vec = _vec_choices()
+    common = (
+        Tunable("threads", threads, threads[-1]),
+        Tunable("vec", vec, vec[-1]),
+        Tunable("fast_math", (False, True), False),
+    )
+    if isinstance(region, AttentionRegion):
+        return Space(common + attention_tunables(), ())
+    if isinstance(region, FusedRegion):
+        tunables = common + (
+            Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
+            Tunable("mc", (48, 96, 192), 96),
+            Tunable("kc", (128, 256, 512), 256),
+        )
+        rules = (
+            Rule("tile: NR must be whole vectors and MR*NR accumulators plus one row of B "
+                 "must fit the vector register file", _tile_fits),
+            Rule("mc must be a multiple of the tile's MR",
+                 lambda v: v["mc"] % parse_tile(v["tile"])[0] == 0),
+        )
+        return Space(tunables, rules)
+    return Space(
+        common + (
+            Tunable("row_block", (1, 4, 16, 64), 16),
+            Tunable("stream", (False, True), True),
+            Tunable("schedule", ("static", "dynamic"), "dynamic"),
+        ),
+        (),
+    )
 
 
 lane = X86CLane()
