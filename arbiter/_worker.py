@@ -8,9 +8,9 @@ CRASHED result with the tail of its stderr as the log. Either way the next reque
 fresh child, so one bad candidate costs one trial, never the sweep.
 
 Timing waits for the parent's "go", sent once its own work for the previous trial is done.
-The go may name the candidate the parent expects next: for a large output and a CPU lane, the
-child then times the current candidate before comparing its outputs, and compiles the next
-one in a thread while it compares and replies (`_Ahead`). Before its own start-up, the
+The go may name the candidate the parent expects next: for a CPU lane, the child then times
+the current candidate before comparing its outputs, and compiles the next one in a thread
+while it compares and replies (`_Ahead`). Before its own start-up, the
 parent may also name the sweep's lane defaults (`Worker.build_early`), and each region's
 search its own: they compile, one after another, while the parent imports and opens its
 records (or the region's first request makes its references), until a request comes; one in
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
 import os
 import pickle
 import select
@@ -261,11 +260,6 @@ def _build_early(req: dict[str, Any]) -> None:
         _AHEAD.append(_Ahead(cpu, early=True))
 
 
-# Outputs at least this large are compared while the next candidate builds: two comparisons
-# then cost more (~1 ms for 2 x 256K elements) than a build in the background costs the rest
-# of the trial (a thread, the compiler's processes next to the parent's and the worker's);
-# below it, the whole-spec sweep ran slower with it (BENCHMARKS.md).
-AHEAD_MIN_ELEMENTS = 1 << 18
 IDLE_BEFORE_COLLECT_S = 0.2  # a request this soon after a sweep's end skips the collection
 
 
@@ -279,22 +273,17 @@ class _Go:
     wants)."""
 
     def __init__(self, region: Any) -> None:
-        from ._inputs import output_shape
-
         self.region, self.pending = region, True
         self.next: tuple[str, Config] | None = None
         self.clock = 0.0
         self.compiled = True  # this candidate's build was no cache hit (unknown: it failed)
-        try:
-            size = math.prod(output_shape(region)) if region is not None else 0
-        except Exception:  # noqa: BLE001  not a region: the check itself says so
-            size = 0
-        self.ahead = size >= AHEAD_MIN_ELEMENTS
 
     def early(self, built: Any) -> bool:
-        # a sweep whose candidates compile: the next one most likely does too
+        # a sweep whose candidates compile: the next one most likely does too. Whatever the
+        # output's size: the next one's request, sent ahead, would start its compile ~2 ms
+        # after this timing (the reply, its take-up and lookup), with no compiler running
         self.compiled = not built.cached
-        if self.ahead and self.compiled:
+        if self.compiled:
             self.check_in()
         return not self.pending and self._builds_next()
 
@@ -303,8 +292,7 @@ class _Go:
             self.wait()  # it has come: reading it does not wait
 
     def _builds_next(self) -> bool:
-        return (self.ahead and self.compiled and self.next is not None
-                and _cpu_lane(self.next[0]))
+        return self.compiled and self.next is not None and _cpu_lane(self.next[0])
 
     def wait(self) -> None:
         if not self.pending:
@@ -346,8 +334,11 @@ def _built_already(lane: Any, region: Any, config: Config) -> tuple[bool, Any]:
     from ._build import lookup_only
     from ._lane import build_candidate
 
-    if (region, lane.name, config.key) in _READY:
+    key = (region, lane.name, config.key)
+    if key in _READY:
         return True, None
+    if _AHEAD and not _AHEAD[0].early and key in _AHEAD[0].names:
+        return False, None  # the one expected next, built in the background: no lookup
     try:
         with lookup_only():
             return True, build_candidate(lane, region, config)

@@ -563,12 +563,13 @@ def test_each_regions_defaults_compile_while_its_first_request_makes_its_referen
 
 
 @pytest.mark.parametrize("trials", [100, 12])  # a space enumerated, a space sampled
+@pytest.mark.parametrize("cols", [512, 16])  # outputs of 256K elements and of 8K
 def test_each_next_candidate_is_built_while_the_one_before_is_compared(env, monkeypatch,
-                                                                        trials):
+                                                                        trials, cols):
     from arbiter import RowwiseRegion
-    from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
+    from arbiter._worker import Worker
 
-    big = RowwiseRegion(512, AHEAD_MIN_ELEMENTS // 512, name="big", epilogue=("gelu",))
+    big = RowwiseRegion(512, cols, name="big", epilogue=("gelu",))
     seen = []
     check = Worker.check
 

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
-from arbiter._worker import AHEAD_MIN_ELEMENTS, Worker
+from arbiter._worker import Worker
 from tests import fake_lanes
 from tests.procs import cpu_ns, live, proc, rss_mb, soon, threads
 
 REGION = FusedRegion(16, 32, 8, name="w", epilogue=("bias", "gelu"))
 # large enough that the worker compares its outputs while the next candidate builds
-BIG = RowwiseRegion(512, AHEAD_MIN_ELEMENTS // 512, name="big", epilogue=("bias", "gelu"))
+BIG = RowwiseRegion(512, 512, name="big", epilogue=("bias", "gelu"))
 
 
 def test_timing_waits_for_the_parents_work():
