@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 import threading
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -218,15 +219,40 @@ def _compile_defaults_early(worker: Any, regions: list[Region], kw: dict[str, An
         lanes = _named(names)
         if not regions:
             return
+        trials = kw.get("trials", DEFAULT_TRIALS)
         defaults = []  # a budget below the defaults: which ones it measures is the plan's
-        if len(lanes) <= kw.get("trials", DEFAULT_TRIALS):
+        if len(lanes) <= trials:
             defaults = [(region, ln.name, ln.space(region).default)
                         for region in regions[:EARLY_REGIONS] for ln in lanes
                         if ln.platform is Platform.CPU and ln.applies_to(region) is None]
+            first = sum(1 for r, *_ in defaults if r is regions[0])
+            defaults[first:first] = _listed_first(regions[0], lanes, trials, kw.get("seed"))
         worker.build_early(defaults, cases=_first_cases(regions[0]))
         usable_lanes(names)  # the probes, cached for the sweep
     except Exception:  # noqa: BLE001  the sweep reports it, in its own words
         return
+
+
+# configs named after the defaults of a first region whose spaces are listed whole: more than
+# the compiles a start-up hides
+EARLY_LISTED = 4
+
+
+def _listed_first(region: Region, lanes: list[Lane], trials: int,
+                  seed: int | None) -> list[tuple[Region, str, Config]]:
+    """For a first region whose every config will be measured (its lanes' spaces, counted
+    without their rules, fit the trial budget: nothing is sampled), a few of its CPU lanes'
+    configs besides their defaults, drawn at random (`seed`). They compile after the
+    defaults while the sweep starts up, and the sweep measures them next (`named_early`):
+    a single region's start-up otherwise outlasts its one default's compile."""
+    lanes = [ln for ln in lanes if ln.applies_to(region) is None]
+    spaces = {ln.name: ln.space(region) for ln in lanes}
+    if sum(math.prod(len(t.choices) for t in s.tunables) for s in spaces.values()) > trials:
+        return []
+    listed = [(ln.name, c) for ln in lanes if ln.platform is Platform.CPU
+              for c in spaces[ln.name].configs() if c != spaces[ln.name].default]
+    picked = random.Random(seed).sample(listed, min(EARLY_LISTED, len(listed)))
+    return [(region, name, config) for name, config in picked]
 
 
 # Regions up to this many input and output elements have their inputs and references made

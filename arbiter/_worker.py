@@ -10,15 +10,16 @@ fresh child, so one bad candidate costs one trial, never the sweep.
 Timing waits for the parent's "go", sent once its own work for the previous trial is done.
 The go may name the candidate the parent expects next: for a CPU lane, the child then times
 the current candidate before comparing its outputs, and compiles the next one in a thread
-while it compares and replies (`_Ahead`). Before its own start-up, the
-parent may also name the sweep's lane defaults (`Worker.build_early`), and each region's
-search its own: they compile, one after another, while the parent imports and opens its
-records (or the region's first request makes its references), until a request comes; one in
-the region of the compile under way waits for it, any other stops it. A build not wanted
-after all is stopped, compiler included, before anything else runs; none outlives the
-child. The first hint may also name the first region and its seeds: the child then makes
-their inputs and references too, while the parent starts up. At a sweep's end the child is
-told (no reply awaited) to drop what the sweep left in it.
+while it compares and replies (`_Ahead`). Before its own start-up, the parent may also name
+the sweep's lane defaults (`Worker.build_early`; for a first region measured whole, a few of
+its configs after them, which its sweep then measures first), and each region's search its
+own: they compile, one after another, while the parent imports and opens its records (or the
+region's first request makes its references), until a request comes; one in the region of the
+compile under way waits for it, any other stops it. A build not wanted after all is stopped,
+compiler included, before anything else runs; none outlives the child. The first hint may
+also name the first region and its seeds: the child then makes their inputs and references
+too, while the parent starts up. At a sweep's end the child is told (no reply awaited) to
+drop what the sweep left in it.
 
 The candidate expected next may also be sent ahead, after the current one's go: the child
 takes it up the moment it has replied, so its checks do not wait for the parent's turn
@@ -622,6 +623,7 @@ class Worker:
         self._early = False  # builds hinted since the last request: it waits for one
         self._chore: Callable[[], bool] | None = None  # parent work, a step per window
         self._seeds: dict[Any, list[int]] = {}  # regions whose cases a hint named: their seeds
+        self._built_early: dict[Any, list[tuple[str, Config]]] = {}  # region -> hinted builds
         self._log = tempfile.TemporaryFile()
 
     def __enter__(self) -> Worker:
@@ -672,7 +674,8 @@ class Worker:
         under way waits for it before it checks anything, any other kills it.
 
         `cases`, a region and seeds: the child then makes their inputs and references, and
-        `seeds_for` hands those seeds to the region's sweep."""
+        `seeds_for` hands those seeds to the region's sweep. `named_early` hands each region's
+        sweep the candidates named for it."""
         self.call_off()
         if self.busy or self._early or not (candidates or cases):
             return  # (a hint not yet taken up by a request: a second one would stop its compile)
@@ -680,6 +683,8 @@ class Worker:
         self._early = bool(candidates)  # (cases alone: a later hint may name compiles)
         if cases is not None:
             self._seeds[cases[0]] = list(cases[1])
+        for region, lane, config in candidates:
+            self._built_early.setdefault(region, []).append((lane, config))
         _send_to(self._start(), {"op": "early", "candidates": list(candidates),
                                  "cases": cases, "settings": _settings_now()})
 
@@ -688,6 +693,10 @@ class Worker:
         from ._check import fresh_seeds
 
         return self._seeds.pop(region, None) or fresh_seeds(2)
+
+    def named_early(self, region: Any) -> list[tuple[str, Config]]:
+        """The (lane, config) candidates of `region` named in hints, in order (once)."""
+        return self._built_early.pop(region, [])
 
     def between_trials(self, chore: Callable[[], bool] | None) -> None:
         """Parent work done a step at a time, one step in each check's window after its
@@ -713,6 +722,7 @@ class Worker:
         No reply is awaited (its collection takes 10-20 ms): the next request waits for it."""
         self._early = False
         self._seeds.clear()  # a region the sweep never reached: the next sweep draws its own
+        self._built_early.clear()
         self.call_off()
         if self.alive() and not self.busy:
             assert self.proc is not None
