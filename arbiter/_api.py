@@ -21,7 +21,7 @@ from ._oracle import budget_of
 from ._region import Region
 from ._registry import all_lanes, get_lane, lane_names
 from ._spec import Spec, load_spec
-from ._values import Config, Measurement, Platform
+from ._values import ENUMERABLE, Config, Measurement, Platform
 
 __all__ = [
     "best", "check", "lane_table", "parse_config", "run", "run_npz", "tune", "usable_lanes",
@@ -247,7 +247,8 @@ def _listed_first(region: Region, lanes: list[Lane], trials: int,
     a single region's start-up otherwise outlasts its one default's compile."""
     lanes = [ln for ln in lanes if ln.applies_to(region) is None]
     spaces = {ln.name: ln.space(region) for ln in lanes}
-    if sum(math.prod(len(t.choices) for t in s.tunables) for s in spaces.values()) > trials:
+    sizes = [math.prod(len(t.choices) for t in s.tunables) for s in spaces.values()]
+    if sum(sizes) > trials or max(sizes, default=0) > ENUMERABLE:
         return []
     listed = [(ln.name, c) for ln in lanes if ln.platform is Platform.CPU
               for c in spaces[ln.name].configs() if c != spaces[ln.name].default]

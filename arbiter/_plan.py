@@ -7,11 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._records import Records, Result
-from ._values import Space, Status
+from ._values import ENUMERABLE, Space, Status
 
 __all__ = ["ENUMERABLE", "Plan", "plan", "space_size"]
-
-ENUMERABLE = 50_000  # larger spaces are sampled only, never listed
 
 
 def space_size(space: Space) -> int | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ENUMERABLE",
     "Artifact",
     "Availability",
     "Config",
@@ -106,6 +107,9 @@ class Rule:
 
     text: str
     check: Callable[[Mapping[str, Any]], bool]
+
+
+ENUMERABLE = 50_000  # larger spaces (counted without their rules) are sampled only, never listed
 
 
 @dataclass(frozen=True)
