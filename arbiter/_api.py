@@ -247,7 +247,7 @@ def _listed_first(region: Region, lanes: list[Lane], trials: int,
     a single region's start-up otherwise outlasts its one default's compile."""
     lanes = [ln for ln in lanes if ln.applies_to(region) is None]
     spaces = {ln.name: ln.space(region) for ln in lanes}
-    sizes = [math.prod(len(t.choices) for t in s.tunables) for s in spaces.values()]
+    sizes = [s.combinations() for s in spaces.values()]
     if sum(sizes) > trials or max(sizes, default=0) > ENUMERABLE:
         return []
     listed = [(ln.name, c) for ln in lanes if ln.platform is Platform.CPU

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +12,7 @@ __all__ = ["ENUMERABLE", "Plan", "plan", "space_size"]
 
 
 def space_size(space: Space) -> int | None:
-    n = math.prod(len(t.choices) for t in space.tunables)
-    return space.size() if n <= ENUMERABLE else None
+    return space.size() if space.combinations() <= ENUMERABLE else None
 
 
 @dataclass

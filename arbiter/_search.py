@@ -139,8 +139,9 @@ def tune_region(
                                 if p.lanes[name].platform is Platform.CPU])
             rng = random.Random(seed)
             candidates = pool(p, rng)
+            named = worker.named_early(region)
             if enumerate_all:  # those compiled while the sweep started up, first
-                first = [(ln, c) for ln, c in worker.named_early(region) if ln in p.spaces]
+                first = [(ln, c) for ln, c in named if ln in p.spaces]
                 keys = {(ln, c.key) for ln, c in first}
                 candidates = first + [(ln, c) for ln, c in candidates if (ln, c.key) not in keys]
             made: list[Asker] = []  # the sampled path's, made in the last default's window

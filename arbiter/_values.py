@@ -6,6 +6,7 @@ import enum
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,10 @@ class Space:
 
     def size(self) -> int:
         return sum(1 for _ in self.configs())
+
+    def combinations(self) -> int:
+        """Its tunables' choices combined, rules not applied (nothing walked)."""
+        return math.prod(len(t.choices) for t in self.tunables)
 
     def complete(self, partial: Mapping[str, Any]) -> Config:
         """Fill unnamed tunables with defaults (for `--config k=v` on the command line)."""
