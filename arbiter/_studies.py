@@ -25,7 +25,7 @@ from ._records import Result, finite
 from ._samplers import make_study
 from ._store import engine_for
 from ._study_rows import Finished, TrialWriter, opened
-from ._study_storage import opened_before, storage_for
+from ._study_storage import load_soon, opened_before, storage_for
 from ._values import Config
 
 __all__ = ["FLUSH_AFTER_S", "FLUSH_EVERY", "Studies", "objective", "open_study", "params",
@@ -158,11 +158,12 @@ class Studies:
                 # the imports are paid: this file's tables (~20 ms when it is new) and the
                 # study are left, and this window (the region's references) hides them
                 self.db = open_study(self.url, self.name)
+            else:
+                load_soon()
             return
-        # the database study is opened when its first trials are due, too: Optuna's storage,
-        # opened the first time in a process, imports Alembic and Optuna's models (~0.13 s),
-        # which a later window (a candidate that compiles) hides better than the first ones
-        # (the lane defaults, built early)
+        # the database study is opened when its first trials are due: Optuna's storage,
+        # opened the first time in a process, needs Alembic and Optuna's models, loaded in a
+        # thread since the first window (`load_soon`)
         if self._waiting() >= FLUSH_EVERY or self._late():
             self.flush_all()
 
@@ -191,9 +192,13 @@ class Studies:
     def _pend(self, t: Finished) -> None:
         if self.db is not None:  # else `flush_all` reads it from the plan when it opens
             self.pending.append(t)
-        if self._waiting() > FLUSH_EVERY or self._late():
+        if self._waiting() > FLUSH_EVERY or (self.db is not None and self._late()):
             # overdue: a run of refused configs (recorded without a worker window to write
-            # in), or trials slower than FLUSH_AFTER_S (one write each costs nothing there)
+            # in), or trials slower than FLUSH_AFTER_S (one write each costs nothing there).
+            # Late, the study is opened in a window only: Optuna's storage, opened the first
+            # time, took 0.3-0.6 s on 2 busy cores, and a record outside a window may be one
+            # the next candidate waits for (after a result that dropped the proposal asked
+            # ahead)
             self.flush_all()
 
     def behind(self) -> bool:
