@@ -29,7 +29,7 @@ from arbiter import FusedRegion
 region = FusedRegion(8, 16, 8, epilogue=("bias", "relu"))
 _build_early({"candidates": [(region, name, get_lane(name).space(region).default)
                              for name in ("numpy", "x86_c")]})
-_AHEAD[0].thread.join()
+_AHEAD[0].done.wait()
 _take_ahead()
 built = {key[1]: b for key, (b, _) in _READY.items()}
 assert sorted(built) == ["numpy", "x86_c"], built

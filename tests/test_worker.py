@@ -340,7 +340,7 @@ def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(m
         first = {"lane": "fake_tiny", "region": BIG, "config": ONE, "seeds": [5, 6]}
         assert _worker._cases_beside_build(first) == [5, 6]
         assert list(_check._CASES) == [(BIG, 5), (BIG, 6)]
-        assert ahead.thread.is_alive() and not ahead.built  # made while the compiler ran
+        assert not ahead.done.is_set() and not ahead.built  # made while the compiler ran
         fresh = _worker._cases_beside_build({**first, "seeds": None})
         assert len(fresh) == 2 and all((BIG, s) in _check._CASES for s in fresh)
         # a build ahead of the candidate expected next: only its own request waits for it
@@ -351,7 +351,7 @@ def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(m
     finally:
         _worker._take_ahead()
         _check.forget_cases()
-    assert not ahead.thread.is_alive()
+    assert ahead.done.is_set()
 
 
 @pytest.mark.parametrize("where", ["same region", "other region"])
@@ -367,15 +367,15 @@ def test_a_request_before_the_early_builds_began_still_waits_for_its_regions_fir
     monkeypatch.setenv("FAKE_BUILD_SECONDS", "1")
     monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds"))
     held = threading.Event()
-    build = _worker._Ahead._build
-    monkeypatch.setattr(_worker._Ahead, "_build", lambda self, c: held.wait() and build(self, c))
+    run = _worker._Ahead.run
+    monkeypatch.setattr(_worker._Ahead, "run", lambda self: held.wait() and run(self))
     ahead = _worker._Ahead([(BIG, "numpy", Config()), (BIG, *SLOW_BUILD),
                             (BIG, "fake_slow_build", OTHER)], early=True)
     try:
         asked = BIG if where == "same region" else REGION
         assert ahead.waits_for("numpy", asked, Config())  # nothing under way: it waits
         held.set()
-        ahead.thread.join(30)
+        ahead.done.wait(30)
         builds = tmp_path / "builds"
         if where == "other region":
             assert not ahead.built and not builds.exists()
