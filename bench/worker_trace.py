@@ -1,0 +1,160 @@
+"""Where a whole-spec sweep's uncovered time goes: the worker's time with no compile, no timing,
+no verification run and no finalists' re-timing going on, split by the steps around it.
+
+    python3 bench/worker_trace.py [--rev REV] [--keep DIR] [--top N]
+
+Runs bench/arbiter_overhead.py's whole-spec sweep (a fresh process, cache and database) with
+a `sitecustomize` that wraps the worker's steps in both processes (a timestamp per step and
+thread, dumped at exit); `--rev`: REV's tree, laid out by bench/old_tree.sh, instead of this
+checkout. Printed: that sweep's literal overhead, the worker's uncovered time before its first
+check (from the parent's first message) and after it (to its last reply), and the largest
+stretches by the pair of steps on either side. The wrappers cost a few us a step: the literal
+moves with them a little.
+
+Steps: chk (a check request taken up), recv/send (a message read or written), g0/g1 (waiting
+for a go), bb (a background build asked for), c0/c1 (a compile on the builder thread), b0/b1
+(a build in the request), ld0/ld1 (the runner's load), r0/r1 (a verification run), t0/t1 (a
+timing), i0/i1 (finalists re-timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COVERED = ("c", "b", "t", "r", "i")
+
+SITE = '''
+import atexit, os, threading, time
+
+_TRACE = []
+
+
+def _t(step):
+    _TRACE.append((time.perf_counter(), threading.get_ident(), step))
+
+
+@atexit.register
+def _dump():
+    if _TRACE:
+        with open(os.environ["ARBITER_WORKER_TRACE"] + "." + str(os.getpid()), "w") as f:
+            f.writelines(f"{t} {th} {s}\\n" for t, th, s in _TRACE)
+
+
+def _wrapped(f, before, after, only=None):
+    def step(*a, **kw):
+        on = only is None or only()
+        if on and before:
+            _t(before)
+        try:
+            return f(*a, **kw)
+        finally:
+            if on and after:
+                _t(after)
+    return step
+
+
+def _wrap(owner, name, before, after, only=None):
+    setattr(owner, name, _wrapped(getattr(owner, name), before, after, only))
+
+
+import arbiter._lane as lane  # noqa: E402
+import arbiter._worker as w  # noqa: E402
+
+_wrap(lane, "build_candidate", "c0", "c1",
+      lambda: threading.current_thread().name == "arbiter-build")
+_wrap(w._Timed, "build", "b0", "b1")
+_wrap(w._Timed, "runner", "ld0", "ld1")
+_wrap(w._TimedRunner, "time", "t0", "t1")
+_wrap(w._TimedRunner, "run", "r0", "r1")
+_wrap(w._Go, "wait", "g0", "g1")
+_wrap(w, "_receive", None, "recv")
+_wrap(w, "_send", "send", None)
+_wrap(w, "_build_behind", "bb", None)
+w._HANDLERS["check"] = _wrapped(w._HANDLERS["check"], "chk", None)
+w._HANDLERS["interleave"] = _wrapped(w._HANDLERS["interleave"], "i0", "i1")
+'''
+
+
+def _read(prefix: Path) -> dict[int, list[tuple[float, str, str]]]:
+    out = {}
+    for f in prefix.parent.glob(prefix.name + ".*"):
+        rows = [ln.split() for ln in f.read_text().splitlines()]
+        out[int(f.suffix[1:])] = sorted((float(t), th, s) for t, th, s in rows)
+    return out
+
+
+def _uncovered(steps: list[tuple[float, str, str]], start: float, end: float) -> tuple[
+        float, collections.Counter[tuple[str, str]], collections.Counter[tuple[str, str]]]:
+    running: collections.Counter[str] = collections.Counter()
+    total, by, n = 0.0, collections.Counter(), collections.Counter()
+    last_t, last_s = start, "start"
+    for t, _, s in steps:
+        if start <= t <= end:
+            if not any(running.values()):
+                total += t - last_t
+                by[(last_s, s)] += t - last_t
+                n[(last_s, s)] += 1
+            last_t, last_s = t, s
+        if s[:-1] in COVERED and s[-1] in "01":
+            running[s[:-1]] += 1 if s[-1] == "0" else -1
+    return total, by, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rev", help="a commit to trace (default: this checkout as it is)")
+    ap.add_argument("--keep", type=Path, help="keep the traces and the sweep's JSON here")
+    ap.add_argument("--top", type=int, default=12)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="arbiter-trace-") as tmp:
+        work = Path(tmp)
+        tree = ROOT
+        if a.rev:
+            tree = work / "tree"
+            subprocess.run(["bash", str(ROOT / "bench" / "old_tree.sh"), a.rev, str(tree)],
+                           check=True)
+        (work / "site").mkdir()
+        (work / "site" / "sitecustomize.py").write_text(SITE)
+        keep = a.keep or work
+        keep.mkdir(parents=True, exist_ok=True)
+        prefix = keep / "trace"
+        path = [str(work / "site"), str(tree), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p),
+                   ARBITER_WORKER_TRACE=str(prefix), ARBITER_CACHE_DIR=str(work / "cache"),
+                   PYTHONUNBUFFERED="1")
+        sweep = subprocess.run(
+            [sys.executable, "bench/arbiter_overhead.py", "--spec-sweep", str(work),
+             repr(time.time())], cwd=tree, env=env, capture_output=True, text=True)
+        if sweep.returncode != 0:
+            sys.exit(f"worker_trace: the sweep failed:\n{sweep.stderr[-3000:]}")
+        (keep / "sweep.json").write_text(sweep.stdout)
+        d = json.loads(sweep.stdout)
+        traces = _read(prefix)
+    child = next(p for p, s in traces.items() if any(x == "chk" for _, _, x in s))
+    steps = traces[child]
+    first = min(s[0][0] for p, s in traces.items() if p != child and s)
+    chk = next(t for t, _, s in steps if s == "chk")
+    end = max(t for t, _, s in steps if s == "send")
+    before, _, _ = _uncovered(steps, first, chk)
+    total, by, n = _uncovered(steps, chk, end)
+    trials = d["trials"]
+    print(f"literal {d['total_minus_build_and_kernel_ms_per_trial']:.2f} ms a trial over "
+          f"{trials} trials; start-up {d['startup_s']:.3f} s")
+    print(f"worker uncovered: {before:.3f} s before its first check, {total:.3f} s after "
+          f"({1e3 * total / trials:.2f} ms a trial)")
+    for (s0, s1), v in by.most_common(a.top):
+        print(f"  {s0:>6} -> {s1:<6} {1e3 * v:8.1f} ms  n={n[(s0, s1)]:4d}  "
+              f"mean {1e3 * v / n[(s0, s1)]:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
