@@ -343,6 +343,39 @@ def test_database_study_is_written_every_trial_when_trials_are_slow(env, monkeyp
     assert max(lags) <= 2
 
 
+def test_a_record_outside_a_window_never_opens_the_database_study(env, monkeypatch):
+    # Optuna's storage, opened the first time in a process, loads Alembic and Optuna's
+    # models (0.3-0.6 s on 2 busy cores): a late record outside a worker window (one the next
+    # candidate waits for, after a result that dropped the proposal asked ahead) leaves the
+    # open to the next window; once the study is open, such a record is written at once
+    from arbiter import _studies
+    from arbiter._plan import Plan
+    from arbiter._records import Result
+    from arbiter._values import Status
+
+    monkeypatch.setattr(_studies, "FLUSH_AFTER_S", 0.0)  # every record is late
+    lane = arbiter.get_lane("fake_tiny")
+    space = lane.space(REGION)
+    p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 18, 18)
+    studies = _studies.Studies(env, "outside", p, 1e-3, None)
+    studies.flush()  # the region's first window: nothing recorded, nothing to open
+
+    def recorded(i: int, cfg) -> None:
+        r = Result(i, "fake_tiny", cfg, Status.OK, 1e-7, 1e-7, lane.latency(cfg), 1e-6, 1e-3)
+        p.measured[("fake_tiny", cfg.key)] = r
+        studies.recorded(r)  # outside a window
+
+    first, second = [c for c in space.configs() if space.violation(c) is None][:2]
+    recorded(1, first)
+    assert studies.db is None
+    studies.flush()  # the next window
+    assert studies.db is not None and not studies.pending
+    recorded(2, second)
+    assert not studies.pending
+    ids = [t.user_attrs["arbiter"]["candidate"] for t in _db_study(env).trials]
+    assert ids == [1, 2]
+
+
 def test_asker_one_ahead_never_proposes_what_is_measured_or_in_flight(env):
     import optuna
 

@@ -221,6 +221,21 @@ def test_a_check_sent_ahead_compiles_before_its_go_and_is_called_off_halfway(mon
     assert c.measurement.status is Status.OK and w.starts == 1
 
 
+def test_a_called_off_checks_compile_stops_before_the_next_request(monkeypatch):
+    # after a call-off the parent asks the sampler again before it sends anything: the
+    # compile of the check called off must not run on beside that, until the next request
+    _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
+    with Worker(timeout=60) as w:
+        w.check("fake_tiny", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                meanwhile=lambda: SLOW_BUILD, send_next=True)
+        compiler = _sleeping(w)  # its 30 s compile, in the background before its go
+        sent = w.requests
+        w.call_off(wait=False)
+        assert _gone(compiler) and w.requests == sent
+        b = w.check("fake_tiny", REGION, OTHER, 1e-3, warmup=0, repeats=2)
+    assert b.measurement.status is Status.OK and w.starts == 1
+
+
 def test_a_check_sent_ahead_that_compiles_counts_its_compile_as_built_ahead(monkeypatch):
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     monkeypatch.setenv("FAKE_BUILD_SECONDS", "1")
