@@ -348,12 +348,16 @@ def test_a_record_outside_a_window_never_opens_the_database_study(env, monkeypat
     # models (0.3-0.6 s on 2 busy cores): a late record outside a worker window (one the next
     # candidate waits for, after a result that dropped the proposal asked ahead) leaves the
     # open to the next window; once the study is open, such a record is written at once
-    from arbiter import _studies
+    from collections import OrderedDict
+
+    from arbiter import _studies, _study_storage
     from arbiter._plan import Plan
     from arbiter._records import Result
     from arbiter._values import Status
 
     monkeypatch.setattr(_studies, "FLUSH_AFTER_S", 0.0)  # every record is late
+    # as in a fresh process: no storage opened yet (a window would open one at once)
+    monkeypatch.setattr(_study_storage, "_STORAGES", OrderedDict())
     lane = arbiter.get_lane("fake_tiny")
     space = lane.space(REGION)
     p = Plan({"fake_tiny": lane}, {"fake_tiny": space}, 18, 18)
