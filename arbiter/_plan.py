@@ -8,7 +8,7 @@ from typing import Any
 from ._records import Records, Result
 from ._values import ENUMERABLE, Space, Status
 
-__all__ = ["ENUMERABLE", "Plan", "plan", "space_size"]
+__all__ = ["Plan", "plan", "space_size"]
 
 
 def space_size(space: Space) -> int | None:

@@ -174,11 +174,11 @@ _BUILDER: list[_Builder] = []
 
 
 class _Ahead:
-    """Candidates built in a thread before their requests come: the one the parent expects
-    next (built once the current one is timed, while it is compared and its result goes
-    back), or, `early`, lane defaults named by the parent (the sweep's, before its own
-    start-up; each region's, as its search starts), built one after another until a request
-    comes."""
+    """Candidates built on the builder's thread before their requests come: the one the
+    parent expects next (built once the current one is timed, while it is compared and its
+    result goes back), or, `early`, lane defaults named by the parent (the sweep's, before
+    its own start-up; each region's, as its search starts), built one after another until a
+    request comes."""
 
     def __init__(self, candidates: list[tuple[Any, str, Config]], early: bool = False) -> None:
         self.early = early
@@ -196,7 +196,6 @@ class _Ahead:
         self.started, self.done = threading.Event(), threading.Event()
         if not _BUILDER:
             _BUILDER.append(_Builder())
-        self.thread = _BUILDER[0].thread
         _BUILDER[0].hand_over(self)
 
     def run(self) -> None:
@@ -249,7 +248,7 @@ class _Ahead:
         candidate is timed); builds it finished before are kept."""
         from ._build import forget_stopped, stop_tools
 
-        ident = self.thread.ident
+        ident = _BUILDER[0].thread.ident  # (its batch's thread: the builder's)
         assert ident is not None
         with self.lock:
             self.stopped = True
