@@ -20,7 +20,6 @@ from ._ops import Epilogue, Pointwise, Reduction
 from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
 from ._registry import get_lane, lane_names
 from ._shapes import input_shapes, output_shape
-from ._spec import Spec, load_spec, parse_spec
 from ._values import (
     Artifact,
     Availability,
@@ -38,14 +37,15 @@ if TYPE_CHECKING:
     from ._api import best, check, lane_table, run, tune
     from ._inputs import random_inputs, validate_inputs
     from ._oracle import compare, reference
+    from ._spec import Spec, load_spec, parse_spec
 
 __version__ = "0.1.0"
 
-# Imported on first use, with numpy (0.05-0.1 s): `python -m arbiter._worker` imports this
-# package before anything else, and its first compile needs none of them.
+# Imported on first use, with numpy (0.05-0.1 s) or tomllib: `python -m arbiter._worker`
+# imports this package before anything else, and its first compile needs none of them.
 _ON_USE = {"best": "_api", "check": "_api", "lane_table": "_api", "run": "_api", "tune": "_api",
            "random_inputs": "_inputs", "validate_inputs": "_inputs", "compare": "_oracle",
-           "reference": "_oracle"}
+           "reference": "_oracle", "Spec": "_spec", "load_spec": "_spec", "parse_spec": "_spec"}
 
 
 __getattr__ = loader(__name__, _ON_USE, globals())

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from functools import cache
-from importlib.metadata import entry_points
+from functools import cache, lru_cache
 
 from ._errors import LaneError
 from ._lane import Lane
@@ -14,18 +13,44 @@ __all__ = ["get_lane", "lane_names", "all_lanes"]
 
 GROUP = "arbiter.lanes"
 
+_TOLD: list[tuple[tuple[str, str], ...]] = []  # the table a trial worker's parent scanned
+
 
 @cache
 def _installed() -> tuple[tuple[str, str], ...]:
-    # scanning every installed distribution's metadata costs ~10 ms; the trial worker looks a
-    # lane up per request, so the scan is done once per process (installs need a new process)
+    # scanning every installed distribution's metadata costs ~10-30 ms (importing the scanner
+    # as much again); the trial worker looks a lane up per request, so the scan is done once
+    # per process (installs need a new process), and not at all in a worker told the table
+    if _TOLD:
+        return _TOLD[0]
+    from importlib.metadata import entry_points
+
     return tuple((ep.name, ep.value) for ep in entry_points(group=GROUP))
 
 
+def installed_table() -> tuple[tuple[str, str], ...] | None:
+    """The entry points found, if this process has looked (a trial worker's parent has)."""
+    return _installed() if _installed.cache_info().currsize else None
+
+
+def adopt_table(table: tuple[tuple[str, str], ...]) -> None:
+    """Take the parent's entry points (same interpreter, same environment) instead of a
+    scan: the trial worker's first compile waits for its first lane lookup."""
+    if not _installed.cache_info().currsize:
+        _TOLD[:] = [tuple((str(n), str(t)) for n, t in table)]
+
+
 def _targets() -> dict[str, str]:
-    """name -> "module:attr", from entry points plus ARBITER_EXTRA_LANES (test-only lanes)."""
+    """name -> "module:attr", from entry points plus ARBITER_EXTRA_LANES (test-only lanes).
+    The returned dict is shared: read it, never change it."""
+    return _targets_with(settings().extra_lanes)
+
+
+@lru_cache(maxsize=8)
+def _targets_with(extra: str) -> dict[str, str]:
+    # made once per setting: the worker looks lanes up several times a check
     found = dict(_installed())
-    for item in filter(None, (s.strip() for s in settings().extra_lanes.split(","))):
+    for item in filter(None, (s.strip() for s in extra.split(","))):
         name, sep, target = item.partition("=")
         if not sep or ":" not in target:
             raise LaneError(f"ARBITER_EXTRA_LANES: expected name=module:attr, got {item!r}")

@@ -53,3 +53,28 @@ def test_import_arbiter_loads_its_verbs_on_first_use(tmp_path):
         assert getattr(arbiter, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         arbiter.nope  # noqa: B018
+
+
+def test_a_worker_told_its_parents_lane_table_scans_no_entry_points(tmp_path):
+    # the parent sends the entry points it scanned with its first message: the child's first
+    # lane lookup (before its first compile) then reads no installed distribution's metadata
+    from arbiter._registry import get_lane, installed_table
+
+    get_lane("x86_c")
+    table = installed_table()
+    assert table is not None and dict(table)["x86_c"]
+    code = f"""
+import sys
+from arbiter._registry import adopt_table, get_lane, lane_names
+adopt_table({(*table, ("told-only", "tests.fake_lanes:tiny"))!r})
+assert get_lane("x86_c").name == "x86_c"
+print("importlib.metadata" in sys.modules)  # (before the fake lanes: numpy imports it)
+assert get_lane("told-only").name == "fake_tiny"
+assert "told-only" in lane_names()
+"""
+    from tests import fake_lanes
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=fake_lanes.pythonpath()), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
