@@ -569,6 +569,10 @@ def _serve(hint_first: bool) -> None:
 
 def _serve_requests(reply_fd: int) -> None:
     while (req := _receive()) is not None:
+        if "lanes" in req:
+            from ._registry import adopt_table
+
+            adopt_table(req.pop("lanes"))
         env = req.pop("settings", None)
         if _new_settings(env):
             _take_ahead()  # built under other settings (another cache)
@@ -666,6 +670,7 @@ class Worker:
         self._seeds: dict[Any, list[int]] = {}  # regions whose cases a hint named: their seeds
         self._built_early: dict[Any, list[tuple[str, Config]]] = {}  # region -> hinted builds
         self._log = tempfile.TemporaryFile()
+        self._table_sent = False  # the lanes' entry points, to the child running now
 
     def __enter__(self) -> Worker:
         return self
@@ -686,7 +691,20 @@ class Worker:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                 close_fds=True, env=_child_env())
             self.starts += 1
+            self._table_sent = False
         return self.proc
+
+    def _news(self) -> dict[str, Any]:
+        """What goes with every message: the settings it follows, and the lanes' entry points
+        once (when this process has scanned them: the child then skips its own scan)."""
+        news: dict[str, Any] = {"settings": _settings_now()}
+        if not self._table_sent:
+            from ._registry import installed_table
+
+            table = installed_table()
+            if table is not None:
+                news["lanes"], self._table_sent = table, True
+        return news
 
     def _kill(self) -> None:
         self.ahead = self.off = None  # they go with the child
@@ -726,8 +744,9 @@ class Worker:
             self._seeds[cases[0]] = list(cases[1])
         for region, lane, config in candidates:
             self._built_early.setdefault(region, []).append((lane, config))
-        _send_to(self._start(), {"op": "early", "candidates": list(candidates),
-                                 "cases": cases, "settings": _settings_now()})
+        proc = self._start()
+        _send_to(proc, {"op": "early", "candidates": list(candidates), "cases": cases,
+                        **self._news()})
 
     def seeds_for(self, region: Any) -> list[int]:
         """The seeds of `region`'s cases named in a hint (once), else fresh ones."""
@@ -811,7 +830,7 @@ class Worker:
         """Send a request with the settings it follows; the log's end before it."""
         self.requests += 1
         offset = self._log.seek(0, os.SEEK_END)
-        _send_to(proc, {**req, "settings": _settings_now()})
+        _send_to(proc, {**req, **self._news()})
         return offset
 
     def _send_ahead(self, proc: subprocess.Popen[bytes], req: dict[str, Any]) -> None:
