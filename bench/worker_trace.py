@@ -12,9 +12,10 @@ stretches by the pair of steps on either side. The wrappers cost a few us a step
 moves with them a little.
 
 Steps: chk (a check request taken up), recv/send (a message read or written), g0/g1 (waiting
-for a go), bb (a background build asked for), c0/c1 (a compile on the builder thread), b0/b1
-(a build in the request), ld0/ld1 (the runner's load), r0/r1 (a verification run), t0/t1 (a
-timing), i0/i1 (finalists re-timed).
+for a go), bb (a background build asked for), ho0/ho1 (its hand-over to the builder thread),
+ru0 (the builder taking it up), c0/c1 (a compile on the builder thread), ta0/ta1 (taking a
+background build up: waiting for it, or stopping it), b0/b1 (a build in the request), ld0/ld1
+(the runner's load), r0/r1 (a verification run), t0/t1 (a timing), i0/i1 (finalists re-timed).
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ _wrap(w._Go, "wait", "g0", "g1")
 _wrap(w, "_receive", None, "recv")
 _wrap(w, "_send", "send", None)
 _wrap(w, "_build_behind", "bb", None)
+_wrap(w, "_take_ahead", "ta0", "ta1")
+_wrap(w._Builder, "hand_over", "ho0", "ho1")
+_wrap(w._Ahead, "run", "ru0", None)
 w._HANDLERS["check"] = _wrapped(w._HANDLERS["check"], "chk", None)
 w._HANDLERS["interleave"] = _wrapped(w._HANDLERS["interleave"], "i0", "i1")
 '''
