@@ -13,31 +13,31 @@ __all__ = ["get_lane", "lane_names", "all_lanes"]
 
 GROUP = "arbiter.lanes"
 
-_TOLD: list[tuple[tuple[str, str], ...]] = []  # the table a trial worker's parent scanned
+# the lanes' entry points, found once per process (installs need a new process), or told:
+# a trial worker takes its parent's table instead of a scan
+_TABLE: list[tuple[tuple[str, str], ...]] = []
 
 
-@cache
 def _installed() -> tuple[tuple[str, str], ...]:
     # scanning every installed distribution's metadata costs ~10-30 ms (importing the scanner
-    # as much again); the trial worker looks a lane up per request, so the scan is done once
-    # per process (installs need a new process), and not at all in a worker told the table
-    if _TOLD:
-        return _TOLD[0]
-    from importlib.metadata import entry_points
+    # as much again); the trial worker looks a lane up per request
+    if not _TABLE:
+        from importlib.metadata import entry_points
 
-    return tuple((ep.name, ep.value) for ep in entry_points(group=GROUP))
+        _TABLE.append(tuple((ep.name, ep.value) for ep in entry_points(group=GROUP)))
+    return _TABLE[0]
 
 
 def installed_table() -> tuple[tuple[str, str], ...] | None:
     """The entry points found, if this process has looked (a trial worker's parent has)."""
-    return _installed() if _installed.cache_info().currsize else None
+    return _TABLE[0] if _TABLE else None
 
 
 def adopt_table(table: tuple[tuple[str, str], ...]) -> None:
     """Take the parent's entry points (same interpreter, same environment) instead of a
     scan: the trial worker's first compile waits for its first lane lookup."""
-    if not _installed.cache_info().currsize:
-        _TOLD[:] = [tuple((str(n), str(t)) for n, t in table)]
+    if not _TABLE:
+        _TABLE.append(tuple((str(n), str(t)) for n, t in table))
 
 
 def _targets() -> dict[str, str]:
