@@ -9,6 +9,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -81,8 +82,10 @@ class Config:
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
-    @property
+    @cached_property
     def key(self) -> str:
+        # made once: the worker and the search look a candidate up by it several times a
+        # trial (~12 us each on 2 busy cores)
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
