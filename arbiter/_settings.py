@@ -47,13 +47,20 @@ def _default_cache_dir() -> Path:
 _READ_ENCODED = tuple(map(os.fsencode, _READ))
 
 
+def encoded_environ() -> dict[bytes, bytes] | None:
+    """`os.environ`'s own store, encoded as the OS holds it (POSIX), else None: reading it
+    skips decoding every variable read."""
+    data = getattr(os.environ, "_data", None)
+    return data if isinstance(data, dict) and os.name == "posix" else None
+
+
 def settings() -> Settings:
     """The settings the environment holds now. A worker asks many times a check, so each
     distinct environment's are made once (the default cache dir alone took ~40 us a call),
     looked up by the variables' encoded values: decoding eight of them took ~20 us a call on
     2 busy cores, this ~2."""
-    data = getattr(os.environ, "_data", None)
-    if isinstance(data, dict) and os.name == "posix":
+    data = encoded_environ()
+    if data is not None:
         return _made_encoded(tuple(map(data.get, _READ_ENCODED)))
     return _made(tuple(map(os.environ.get, _READ)))
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._settings import settings
+from ._settings import encoded_environ, settings
 from ._values import Config, Measurement, Status
 
 __all__ = ["Interleaved", "Outcome", "Worker", "lease"]
@@ -357,7 +357,8 @@ def _cpu_lane(name: str) -> bool:
     """Is `name` a CPU lane (False when it cannot say)? Only a CPU lane's build runs in the
     background, and only a worker that ran CPU lanes alone is kept idle between sweeps: a GPU
     lane may open a device context. Asked several times a check, on its path: answered once
-    per lane and lane setting (a lookup took ~0.1 ms on 2 busy cores)."""
+    per lane and lane setting (a registry lookup, ~5 us on a quiet core, several times that
+    on 2 busy ones)."""
     return _cpu_lane_under(name, settings().extra_lanes)
 
 
@@ -537,10 +538,10 @@ def _settings_now() -> dict[str, str]:
     sweeps follows the settings of the sweep it serves (the cache directory, extra lanes).
     Read from the environment's encoded form where there is one: decoding the whole
     environment took 20 us a request here (40 variables), this 5."""
-    data = getattr(os.environ, "_data", None)
-    prefix = os.fsencode(_SETTINGS)
-    if not isinstance(data, dict) or not all(isinstance(k, bytes) for k in data):
+    data = encoded_environ()
+    if data is None:
         return {k: v for k, v in os.environ.items() if k.startswith(_SETTINGS)}
+    prefix = os.fsencode(_SETTINGS)
     return {os.fsdecode(k): os.fsdecode(v) for k, v in data.items() if k.startswith(prefix)}
 
 
