@@ -1,9 +1,11 @@
 """Where a whole-spec sweep's uncovered time goes: the worker's time with no compile, no timing,
 no verification run and no finalists' re-timing going on, split by the steps around it.
 
-    python3 bench/worker_trace.py [--rev REV] [--keep DIR] [--top N]
+    python3 bench/worker_trace.py [--rev REV] [--keep DIR] [--top N] [--warm]
 
-Runs bench/arbiter_overhead.py's whole-spec sweep (a fresh process, cache and database) with
+Runs bench/arbiter_overhead.py's whole-spec sweep (a fresh process, cache and database), or
+with `--warm` its exhaustive sweep and then one warm-cache sweep (`--warm 1`: the last one is
+traced), with
 a `sitecustomize` that wraps the worker's steps in both processes (a timestamp per step and
 thread, dumped at exit); `--rev`: REV's tree, laid out by bench/old_tree.sh, instead of this
 checkout. Printed: that sweep's literal overhead, the worker's uncovered time before its first
@@ -67,7 +69,13 @@ def _wrap(owner, name, before, after, only=None):
     setattr(owner, name, _wrapped(getattr(owner, name), before, after, only))
 
 
+import arbiter._api as api  # noqa: E402
+import arbiter._asker as asker  # noqa: E402
+import arbiter._check as check  # noqa: E402
 import arbiter._lane as lane  # noqa: E402
+import arbiter._records as records  # noqa: E402
+import arbiter._studies as studies  # noqa: E402
+import arbiter._tpe_study as tpe  # noqa: E402
 import arbiter._worker as w  # noqa: E402
 
 _wrap(lane, "build_candidate", "c0", "c1",
@@ -83,6 +91,14 @@ _wrap(w, "_build_behind", "bb", None)
 _wrap(w, "_take_ahead", "ta0", "ta1")
 _wrap(w._Builder, "hand_over", "ho0", "ho1")
 _wrap(w._Ahead, "run", "ru0", None)
+_wrap(check, "_judge", "cmp0", "cmp1")
+_wrap(api, "tune", "tu0", "tu1")
+_wrap(w.Worker, "_meanwhile_then_go", "mw0", "mw1")
+_wrap(records.Records, "record", "rec0", "rec1")
+_wrap(studies.Studies, "flush_all", "fl0", "fl1")
+_wrap(asker.Asker, "propose", "ask0", "ask1")
+_wrap(tpe.TPEStudy, "ask", "tpe0", "tpe1")
+_wrap(tpe.TPEStudy, "tell", "tell0", "tell1")
 w._HANDLERS["check"] = _wrapped(w._HANDLERS["check"], "chk", None)
 w._HANDLERS["interleave"] = _wrapped(w._HANDLERS["interleave"], "i0", "i1")
 '''
@@ -118,6 +134,8 @@ def main() -> None:
     ap.add_argument("--rev", help="a commit to trace (default: this checkout as it is)")
     ap.add_argument("--keep", type=Path, help="keep the traces and the sweep's JSON here")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--warm", action="store_true",
+                    help="trace a warm-cache sweep (after the exhaustive one) instead")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="arbiter-trace-") as tmp:
         work = Path(tmp)
@@ -131,26 +149,31 @@ def main() -> None:
         keep = a.keep or work
         keep.mkdir(parents=True, exist_ok=True)
         prefix = keep / "trace"
+        for old in keep.glob("trace.*"):  # a kept directory's traces of an earlier run
+            old.unlink()
         path = [str(work / "site"), str(tree), os.environ.get("PYTHONPATH", "")]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p),
                    ARBITER_WORKER_TRACE=str(prefix), ARBITER_CACHE_DIR=str(work / "cache"),
                    PYTHONUNBUFFERED="1")
-        sweep = subprocess.run(
-            [sys.executable, "bench/arbiter_overhead.py", "--spec-sweep", str(work),
-             repr(time.time())], cwd=tree, env=env, capture_output=True, text=True)
+        how = ["--warm", "1"] if a.warm else ["--spec-sweep", str(work), repr(time.time())]
+        sweep = subprocess.run([sys.executable, "bench/arbiter_overhead.py", *how], cwd=tree,
+                               env=env, capture_output=True, text=True)
         if sweep.returncode != 0:
             sys.exit(f"worker_trace: the sweep failed:\n{sweep.stderr[-3000:]}")
         (keep / "sweep.json").write_text(sweep.stdout)
-        d = json.loads(sweep.stdout)
+        d = json.loads(sweep.stdout.splitlines()[-1])
         traces = _read(prefix)
     child = next(p for p, s in traces.items() if any(x == "chk" for _, _, x in s))
     steps = traces[child]
-    first = min(s[0][0] for p, s in traces.items() if p != child and s)
-    chk = next(t for t, _, s in steps if s == "chk")
-    end = max(t for t, _, s in steps if s == "send")
+    parent = [s for p, s in traces.items() if p != child and s]
+    # the traced sweep: the last `tune` call's (a warm sweep's worker served the one before)
+    first = max(t for s in parent for t, _, x in s if x == "tu0")
+    last = max(t for s in parent for t, _, x in s if x == "tu1")
+    chk = next(t for t, _, s in steps if s == "chk" and t > first)
+    end = max(t for t, _, s in steps if s == "send" and t < last)
     before, _, _ = _uncovered(steps, first, chk)
     total, by, n = _uncovered(steps, chk, end)
-    trials = d["trials"]
+    trials = d.get("trials") or sum(1 for t, _, s in steps if s == "chk" and first < t < last)
     print(f"literal {d['total_minus_build_and_kernel_ms_per_trial']:.2f} ms a trial over "
           f"{trials} trials; start-up {d['startup_s']:.3f} s")
     print(f"worker uncovered: {before:.3f} s before its first check, {total:.3f} s after "
@@ -158,6 +181,29 @@ def main() -> None:
     for (s0, s1), v in by.most_common(a.top):
         print(f"  {s0:>6} -> {s1:<6} {1e3 * v:8.1f} ms  n={n[(s0, s1)]:4d}  "
               f"mean {1e3 * v / n[(s0, s1)]:.3f} ms")
+    print("parent steps:")
+    for name, (v, k) in _spans([x for s in parent for x in s], first, last).items():
+        print(f"  {name:>6} {1e3 * v:8.1f} ms  n={k:4d}  mean {1e3 * v / k:.3f} ms")
+
+
+def _spans(steps: list[tuple[float, str, str]], start: float, end: float,
+           ) -> dict[str, tuple[float, int]]:
+    """Each parent step's total time and count between `start` and `end` (outermost calls
+    only, per thread)."""
+    open_at: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    out: dict[str, tuple[float, int]] = {}
+    for t, th, s in sorted(steps):
+        if not start <= t <= end or s[-1] not in "01" or s[:-1] in ("tu", "cmp"):
+            continue
+        stack = open_at[(th, s[:-1])]
+        if s[-1] == "0":
+            stack.append(t)
+        elif stack:
+            t0 = stack.pop()
+            if not stack:
+                v, k = out.get(s[:-1], (0.0, 0))
+                out[s[:-1]] = (v + t - t0, k + 1)
+    return out
 
 
 if __name__ == "__main__":
