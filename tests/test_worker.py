@@ -189,6 +189,87 @@ def test_the_build_ahead_runs_once_while_the_worker_replies_and_waits(tmp_path, 
         assert (tmp_path / "builds").read_text().splitlines() == [SLOW_BUILD[1].key]
 
 
+def _states_of_the_sleeping_compiler(w: Worker, seen: dict[int, list[str]],
+                                     done: threading.Event) -> None:
+    """Record the states of the worker's `sleep` compilers until `done`."""
+    while not done.is_set():
+        if w.proc is not None:
+            for pid, name in _children(w.proc.pid).items():
+                if name == "sleep" and (p := proc(pid)) is not None:
+                    seen.setdefault(pid, []).append(p.state)
+        time.sleep(0.01)
+
+
+def test_the_next_build_starts_as_this_one_ends_and_stops_while_a_kernel_runs(monkeypatch):
+    _fakes(monkeypatch, "fake_built_slow_run", "fake_slow_build")
+    monkeypatch.setenv("ARBITER_NEXT_BUILD", "early")  # (by default only on 4 cores or more)
+    seen: dict[int, list[str]] = {}
+    done = threading.Event()
+    with Worker(timeout=60) as w:
+        w.start()
+        watch = threading.Thread(target=_states_of_the_sleeping_compiler, args=(w, seen, done))
+        watch.start()
+        try:
+            a = w.check("fake_built_slow_run", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                        meanwhile=lambda: SLOW_BUILD)
+            compiler = _sleeping(w)
+            after = proc(compiler)
+        finally:
+            done.set()
+            watch.join()
+    assert a.measurement.status is Status.OK
+    # the 30 s compile of the one named next ran beside this check's two 1 s runs, stopped
+    # while they ran, and goes on once the check is done
+    states = seen[compiler]
+    assert "T" in states and states.index("T") > 0 and after is not None and after.state != "T"
+    assert a.verify_s >= 2.0
+
+
+def test_a_compile_stopped_while_a_kernel_crashed_the_worker_is_killed(monkeypatch):
+    _fakes(monkeypatch, "fake_built_segfault", "fake_slow_build")
+    monkeypatch.setenv("ARBITER_NEXT_BUILD", "early")
+    seen: dict[int, list[str]] = {}
+    done = threading.Event()
+    with Worker(timeout=60) as w:
+        w.start()
+        watch = threading.Thread(target=_states_of_the_sleeping_compiler, args=(w, seen, done))
+        watch.start()
+        try:
+            a = w.check("fake_built_segfault", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                        meanwhile=lambda: SLOW_BUILD)
+        finally:
+            done.set()
+            watch.join()
+    assert a.measurement.status is Status.CRASHED and "SIGSEGV" in a.measurement.log
+    # the one named next was stopped when the worker died: without the parent it would stay
+    # so for good (the lane's own 0.3 s compile had ended before)
+    [compiler] = [pid for pid, states in seen.items() if "T" in states]
+    assert _gone(compiler)
+
+
+def test_late_the_next_build_starts_once_this_one_is_timed(monkeypatch):
+    _fakes(monkeypatch, "fake_built_slow_run", "fake_slow_build")
+    monkeypatch.setenv("ARBITER_NEXT_BUILD", "late")
+    seen: dict[int, list[str]] = {}
+    done = threading.Event()
+    with Worker(timeout=60) as w:
+        w.start()
+        watch = threading.Thread(target=_states_of_the_sleeping_compiler, args=(w, seen, done))
+        watch.start()
+        try:
+            a = w.check("fake_built_slow_run", REGION, ONE, 1e-3, warmup=0, repeats=2,
+                        meanwhile=lambda: SLOW_BUILD)
+            compiler = _sleeping(w)
+        finally:
+            done.set()
+            watch.join()
+    assert a.measurement.status is Status.OK and a.verify_s >= 2.0
+    # the one named next compiled after the runs (its 30 s sleep is under way), never
+    # stopped; during the 2 s of runs only the lane's own 0.3 s compile had run
+    assert compiler is not None and "T" not in seen.get(compiler, [])
+    assert all("T" not in states for states in seen.values())
+
+
 def test_a_check_sent_ahead_is_taken_up_as_the_worker_replies(monkeypatch):
     _fakes(monkeypatch, "fake_tiny")
     with Worker(timeout=60) as w:
