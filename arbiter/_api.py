@@ -159,10 +159,8 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     sampler, ...). Returns one row per region.
     """
     from ._fingerprint import fingerprint_soon
-    from ._settings import check_settings
     from ._worker import lease
 
-    check_settings()
     given = kw.pop("worker", None)  # the caller's own, started and closed by the caller
     # leased (kept from an earlier sweep, or started now) before `_tune` imports SQLAlchemy
     # and Optuna's samplers (~0.2 s): a new worker's own start-up (numpy, the oracle)

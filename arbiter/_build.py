@@ -8,7 +8,6 @@ half-written library under a valid key.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hashlib
 import os
@@ -25,9 +24,8 @@ from pathlib import Path
 from ._errors import BuildError
 from ._settings import settings
 
-__all__ = ["NotBuilt", "build_key", "cached_build", "compiler_identity", "kill_tools_left_by",
-           "kill_tools_of", "lookup_only", "on_tool_start", "paused_within", "run_tool",
-           "stop_tools", "tools_paused", "version_text"]
+__all__ = ["NotBuilt", "build_key", "cached_build", "compiler_identity", "kill_tools_of",
+           "lookup_only", "run_tool", "stop_tools", "version_text"]
 
 
 class NotBuilt(Exception):
@@ -49,29 +47,11 @@ def lookup_only() -> Iterator[None]:
         _LOOKUP.only = before
 
 
-@contextlib.contextmanager
-def on_tool_start(callback: Callable[[], None]) -> Iterator[None]:
-    """In this block, `callback` runs (in this thread) once each candidate's compiler has
-    started."""
-    before = getattr(_LOOKUP, "on_start", None)
-    _LOOKUP.on_start = callback
-    try:
-        yield
-    finally:
-        _LOOKUP.on_start = before
-
-
 # The compiler each thread is running, so that another thread can stop it (the worker's build
 # of a candidate asked ahead, when another candidate comes instead); threads told to stop.
 _TOOLS: dict[int, subprocess.Popen[str]] = {}
 _STOPPED: set[int] = set()
 _TOOLS_LOCK = threading.Lock()
-_PAUSED: list[float] = []  # since when a kernel runs in this process: compilers wait
-# the last pauses, (start, end): a compile's time leaves them out (`paused_within`)
-_PAUSES: collections.deque[tuple[float, float]] = collections.deque(maxlen=256)
-# Set in a trial worker's environment, and so in its compilers': the parent finds the ones a
-# worker that died left behind (stopped ones among them) by it.
-TOOLS_OF = "_ARBITER_TOOLS_OF"
 
 
 def _kill_group(p: subprocess.Popen[str]) -> None:
@@ -101,13 +81,8 @@ def run_tool(
                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
             if stoppable:
                 _TOOLS[me] = p
-                if _PAUSED:
-                    _signal_group(p, signal.SIGSTOP)
     except FileNotFoundError:
         return 127, f"{argv[0]}: not found"
-    started = getattr(_LOOKUP, "on_start", None) if stoppable else None
-    if started is not None:
-        started()
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,40 +100,6 @@ def run_tool(
     return p.returncode, out + err
 
 
-def _signal_group(p: subprocess.Popen[str], sig: int) -> None:
-    if p.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, sig)
-
-
-@contextlib.contextmanager
-def tools_paused() -> Iterator[None]:
-    """In this block, the candidates' compilers running in the background are stopped (SIGSTOP
-    to each one's group; one started meanwhile is stopped as it starts), and go on after it
-    (SIGCONT): a kernel run or timed in the block has the cores to itself."""
-    with _TOOLS_LOCK:
-        _PAUSED.append(time.perf_counter())
-        for p in _TOOLS.values():
-            _signal_group(p, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        with _TOOLS_LOCK:
-            start = _PAUSED.pop()
-            if not _PAUSED:
-                for p in _TOOLS.values():
-                    _signal_group(p, signal.SIGCONT)
-                _PAUSES.append((start, time.perf_counter()))
-
-
-def paused_within(start: float, end: float) -> float:
-    """Seconds of (start, end) (perf_counter) during which compilers were stopped: not compile
-    time, but a kernel's."""
-    with _TOOLS_LOCK:
-        spans = [*_PAUSES, *([(_PAUSED[0], end)] if _PAUSED else [])]
-    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
-
-
 def stop_tools(thread: int) -> None:
     """Kill the compile `thread` is running and let it start no other: its build is not
     wanted."""
@@ -172,21 +113,6 @@ def stop_tools(thread: int) -> None:
 def forget_stopped(thread: int) -> None:
     with _TOOLS_LOCK:
         _STOPPED.discard(thread)
-
-
-def kill_tools_left_by(pid: int) -> None:
-    """Kill what the trial worker `pid`, now dead, left running or stopped: its compilers, found
-    by the mark in their environment (`TOOLS_OF`). They lead groups of their own, so they
-    outlived it, and one stopped while a kernel ran would stay stopped."""
-    mark = f"{TOOLS_OF}={pid}".encode()
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            found = mark in environ.read_bytes().split(b"\0")
-        except OSError:  # gone, or not ours to read
-            continue
-        if found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(environ.parent.name), signal.SIGKILL)
 
 
 def kill_tools_of(pid: int) -> None:
@@ -253,8 +179,7 @@ def cached_build(
         target = Path(tmp) / f"out{suffix}"
         t0 = time.perf_counter()
         rc, log = build(Path(tmp), target)
-        t1 = time.perf_counter()
-        seconds = t1 - t0 - paused_within(t0, t1)
+        seconds = time.perf_counter() - t0
         if rc != 0 or not target.exists():
             raise BuildError(f"compile failed (exit {rc})", log)
         os.replace(target, final)

@@ -145,10 +145,6 @@ class Gate(Protocol):
     """The trial worker's hold on timing: the parent's own work must be done before a
     candidate is timed (its `go`), and other work may start once it is timed."""
 
-    def ready(self, built: Artifact) -> None:
-        """The candidate is built (before it is loaded): the next one may start building,
-        stopped while a kernel runs."""
-
     def early(self, built: Artifact) -> bool:
         """Time before comparing? (The go has come, and there is work to overlap with the
         comparison once the candidate is timed: none in a sweep whose builds, `built` among
@@ -193,8 +189,6 @@ def check_candidate(
         built = build_candidate(lane, region, config)
     if isinstance(built, Measurement):
         return built
-    if gate is not None:
-        gate.ready(built)
     seeds = seeds if seeds is not None else fresh_seeds(2)
     try:
         runner = lane.runner(built, region)

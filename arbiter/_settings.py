@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["NEXT_BUILD", "Settings", "check_settings", "override", "settings"]
+__all__ = ["Settings", "override", "settings"]
 
 _ENV = {
     "cache_dir": "ARBITER_CACHE_DIR",
@@ -22,9 +22,7 @@ _ENV = {
     "cuda_arch": "ARBITER_CUDA_ARCH",
     "extra_lanes": "ARBITER_EXTRA_LANES",
     "cc": "ARBITER_CC",
-    "next_build": "ARBITER_NEXT_BUILD",
 }
-NEXT_BUILD = ("auto", "early", "late")  # when the candidate named next starts compiling
 # what a Settings is made from: the variables above, and those the default cache dir is found by
 _READ = (*_ENV.values(), "XDG_CACHE_HOME", "HOME")
 
@@ -37,7 +35,6 @@ class Settings:
     cuda_arch: str | None
     extra_lanes: str  # "name=module:attr,..." lanes registered without an entry point (tests)
     cc: str
-    next_build: str  # one of NEXT_BUILD (another value: `check_settings` refuses it)
 
 
 def _default_cache_dir() -> Path:
@@ -84,19 +81,7 @@ def _made(values: tuple[str | None, ...]) -> Settings:
         cuda_arch=env[_ENV["cuda_arch"]] or None,
         extra_lanes=env[_ENV["extra_lanes"]] or "",
         cc=env[_ENV["cc"]] or "gcc",
-        next_build=(env[_ENV["next_build"]] or "auto").strip().lower(),
     )
-
-
-def check_settings() -> Settings:
-    """`settings()`, refused (ArbiterError) where a variable holds a value it cannot take."""
-    from ._errors import ArbiterError
-
-    s = settings()
-    if s.next_build not in NEXT_BUILD:
-        raise ArbiterError(f"{_ENV['next_build']} must be one of {', '.join(NEXT_BUILD)}, "
-                           f"got {os.environ.get(_ENV['next_build'])!r}")
-    return s
 
 
 @contextlib.contextmanager

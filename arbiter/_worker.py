@@ -132,15 +132,11 @@ class _TimedRunner:
         return getattr(self._runner, name)
 
     def time(self, input_sets: Any, *, warmup: int, repeats: int) -> list[float]:
-        from ._build import tools_paused
-
-        with tools_paused(), _counted(self._clock, "timing"):
+        with _counted(self._clock, "timing"):
             return self._runner.time(input_sets, warmup=warmup, repeats=repeats)
 
     def run(self, inputs: Any, out: Any) -> None:
-        from ._build import tools_paused
-
-        with tools_paused(), _counted(self._clock, "verify"):
+        with _counted(self._clock, "verify"):
             self._runner.run(inputs, out)
 
 
@@ -165,18 +161,14 @@ class _Builder:
         job.started.wait()
 
     def _serve(self) -> None:
-        from ._build import on_tool_start
-
         while True:
             job = self.jobs.get()
             job.started.set()
             try:
-                with on_tool_start(job.launched.set):
-                    job.run()
+                job.run()
             except Exception:  # noqa: BLE001, S110  a request for its candidate builds again
                 pass
             finally:
-                job.launched.set()
                 job.done.set()
 
 
@@ -204,7 +196,6 @@ class _Ahead:
         self.under_way: _Key | None = None
         self.candidates = candidates
         self.started, self.done = threading.Event(), threading.Event()
-        self.launched = threading.Event()  # its first compiler started (or it ended)
         if not _BUILDER:
             _BUILDER.append(_Builder())
         _BUILDER[0].hand_over(self)
@@ -290,13 +281,8 @@ def _take_ahead(lane: str | None = None, region: Any = None,
             waited = time.perf_counter() - t0
         else:
             ahead.drop()
-        if ahead.built:
-            from ._build import paused_within
-
-            for key, (built, start, end) in ahead.built.items():
-                # (its compiler was stopped while kernels ran: their time is not its own)
-                before = min(end, t0)
-                _READY[key] = (built, max(0.0, before - start - paused_within(start, before)))
+        for key, (built, start, end) in ahead.built.items():
+            _READY[key] = (built, max(0.0, min(end, t0) - start))
     if lane is None or config is None:
         return None, 0.0, waited
     built, ahead_s = _READY.pop((region, lane, config.key), (None, 0.0))
@@ -313,7 +299,6 @@ def _build_early(req: dict[str, Any]) -> None:
         _AHEAD.append(_Ahead(cpu, early=True))
 
 
-LAUNCH_WAIT_S = 0.05  # at most, for the builder to start the compiler of the one named next
 IDLE_BEFORE_COLLECT_S = 0.2  # a request this soon after a sweep's end skips the collection
 
 
@@ -332,26 +317,11 @@ class _Go:
         self.clock = 0.0
         self.compiled = True  # this candidate's build was no cache hit (unknown: it failed)
 
-    def ready(self, built: Any) -> None:
-        # a sweep whose candidates compile: the next one most likely does too. Named by the
-        # go already, it starts compiling now where cores are free for it (`_next_build_early`),
-        # beside this one's load, comparisons and reply, and stopped while a kernel runs
-        # (`_TimedRunner`); else once this one is timed (`timed`)
-        self.compiled = not built.cached
-        if self.compiled:
-            self.check_in()
-        if not self.pending and self._builds_next() and _next_build_early():
-            assert self.next is not None
-            _build_behind(self.region, *self.next)
-            if _AHEAD:
-                # until its compiler runs, the builder runs Python (the emit, the hash): the
-                # kernel runs that follow would wait for the GIL as each one returns (this
-                # check's verification took twice as long without this wait)
-                _AHEAD[0].launched.wait(LAUNCH_WAIT_S)
-
     def early(self, built: Any) -> bool:
-        # Whatever the output's size: the next one's request, sent ahead, would start its
-        # compile ~2 ms after this timing (the reply, its take-up and lookup)
+        # a sweep whose candidates compile: the next one most likely does too. Whatever the
+        # output's size: the next one's request, sent ahead, would start its compile ~2 ms
+        # after this timing (the reply, its take-up and lookup), with no compiler running
+        self.compiled = not built.cached
         if self.compiled:
             self.check_in()
         return not self.pending and self._builds_next()
@@ -379,31 +349,8 @@ class _Go:
     def timed(self) -> None:
         if self.next is None or not self._builds_next():
             return
-        # (a go read after `ready`; called again once the reply is ready: by then it is under
-        # way)
+        # (called again once the reply is ready: by then it is under way)
         _build_behind(self.region, *self.next)
-
-
-EARLY_BUILD_CORES = 4
-
-
-def _next_build_early() -> bool:
-    """Does the candidate named next start compiling as soon as this one is built, rather than
-    once it is timed (`ARBITER_NEXT_BUILD`)? By default where this process may run on
-    `EARLY_BUILD_CORES` cores or more: the parent, this check and the compiler then each have
-    one. Early, on the H200 host's 16 cores every overhead case went down (whole spec 2.25 ->
-    2.03 ms a trial); on 2 cores the compile took the check's and the parent's time (whole
-    spec 4.79, 3.41 -> 5.83, 4.30)."""
-    mode = settings().next_build
-    return _cores() >= EARLY_BUILD_CORES if mode == "auto" else mode == "early"
-
-
-@functools.cache
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _cpu_lane(name: str) -> bool:
@@ -618,10 +565,7 @@ def _use_settings(env: dict[str, str] | None) -> None:
 def _serve(hint_first: bool) -> None:
     import faulthandler
 
-    from ._build import TOOLS_OF
-
     faulthandler.enable()  # a segfault leaves the Python stack in the trial's log
-    os.environ[TOOLS_OF] = str(os.getpid())  # (its compilers carry it: `_reply`)
     if not hint_first:
         from . import _check  # noqa: F401  (numpy and the oracle, while the parent gets ready)
     reply_fd = os.dup(1)
@@ -950,9 +894,6 @@ class Worker:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 code = proc.wait()
-                from ._build import kill_tools_left_by
-
-                kill_tools_left_by(proc.pid)  # a compile it had stopped would stay stopped
                 self.proc = None
                 self.busy = False
                 self.ahead = self.off = None

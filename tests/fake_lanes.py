@@ -247,34 +247,3 @@ class SlowGarbage(Garbage):
 slow_build, slow_garbage = SlowBuild(), SlowGarbage()
 LANES.update({slow_build.name: slow_build, slow_garbage.name: slow_garbage})
 _ATTRS += ("slow_build", "slow_garbage")
-
-
-class BuiltSlowRun(Tiny):
-    """`Tiny` whose build runs a compiler (a 0.3 s `sleep`: long enough for the parent's go to
-    come during it) and whose every run takes 1 s: a compile named next by that go runs
-    beside it."""
-
-    name = "fake_built_slow_run"
-
-    def build(self, source):
-        rc, log = run_tool(["sleep", "0.3"], stoppable=True)
-        if rc != 0:
-            raise BuildError(f"compile failed (exit {rc})", log)
-        return super().build(source)
-
-    def fill(self, region, a, out, config):
-        time.sleep(1.0)
-        super().fill(region, a, out, config)
-
-
-class BuiltSegfault(BuiltSlowRun):
-    name = "fake_built_segfault"
-
-    def fill(self, region, a, out, config):
-        time.sleep(0.5)
-        ctypes.string_at(0)
-
-
-built_slow_run, built_segfault = BuiltSlowRun(), BuiltSegfault()
-LANES.update({built_slow_run.name: built_slow_run, built_segfault.name: built_segfault})
-_ATTRS += ("built_slow_run", "built_segfault")
