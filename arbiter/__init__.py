@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Imported on first use, with numpy (0.05-0.1 s) or tomllib: `python -m arbiter._worker`
+# Imported on first use, with numpy (0.05-0.1 s) or tomllib: `python -m arbiter._worker_child`
 # imports this package before anything else, and its first compile needs none of them.
 _ON_USE = {"best": "_api", "check": "_api", "lane_table": "_api", "run": "_api", "tune": "_api",
            "random_inputs": "_inputs", "validate_inputs": "_inputs", "compare": "_oracle",

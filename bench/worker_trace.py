@@ -78,19 +78,27 @@ import arbiter._studies as studies  # noqa: E402
 import arbiter._tpe_study as tpe  # noqa: E402
 import arbiter._worker as w  # noqa: E402
 
+if hasattr(w, "_Timed"):  # a tree from before the child's side had a module of its own
+    c = w
+else:
+    import arbiter._worker_child as c
+SEND = "send" if hasattr(c, "send") else "_send"
+
 _wrap(lane, "build_candidate", "c0", "c1",
       lambda: threading.current_thread().name == "arbiter-build")
-_wrap(w._Timed, "build", "b0", "b1")
-_wrap(w._Timed, "runner", "ld0", "ld1")
-_wrap(w._TimedRunner, "time", "t0", "t1")
-_wrap(w._TimedRunner, "run", "r0", "r1")
-_wrap(w._Go, "wait", "g0", "g1")
-_wrap(w, "_receive", None, "recv")
-_wrap(w, "_send", "send", None)
-_wrap(w, "_build_behind", "bb", None)
-_wrap(w, "_take_ahead", "ta0", "ta1")
-_wrap(w._Builder, "hand_over", "ho0", "ho1")
-_wrap(w._Ahead, "run", "ru0", None)
+_wrap(c._Timed, "build", "b0", "b1")
+_wrap(c._Timed, "runner", "ld0", "ld1")
+_wrap(c._TimedRunner, "time", "t0", "t1")
+_wrap(c._TimedRunner, "run", "r0", "r1")
+_wrap(c._Go, "wait", "g0", "g1")
+_wrap(c, "_receive", None, "recv")
+_wrap(c, SEND, "send", None)
+if c is not w:  # the parent's own reference to it
+    _wrap(w, SEND, "send", None)
+_wrap(c, "_build_behind", "bb", None)
+_wrap(c, "_take_ahead", "ta0", "ta1")
+_wrap(c._Builder, "hand_over", "ho0", "ho1")
+_wrap(c._Ahead, "run", "ru0", None)
 _wrap(check, "_judge", "cmp0", "cmp1")
 _wrap(api, "tune", "tu0", "tu1")
 _wrap(w.Worker, "_meanwhile_then_go", "mw0", "mw1")
@@ -101,8 +109,8 @@ _wrap(studies.Studies, "flush_all", "fl0", "fl1")
 _wrap(asker.Asker, "propose", "ask0", "ask1")
 _wrap(tpe.TPEStudy, "ask", "tpe0", "tpe1")
 _wrap(tpe.TPEStudy, "tell", "tell0", "tell1")
-w._HANDLERS["check"] = _wrapped(w._HANDLERS["check"], "chk", None)
-w._HANDLERS["interleave"] = _wrapped(w._HANDLERS["interleave"], "i0", "i1")
+c._HANDLERS["check"] = _wrapped(c._HANDLERS["check"], "chk", None)
+c._HANDLERS["interleave"] = _wrapped(c._HANDLERS["interleave"], "i0", "i1")
 '''
 
 

@@ -19,11 +19,11 @@ def _run(code: str, tmp_path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_workers_early_builds_need_no_numpy(tmp_path):
-    # the modules `python -m arbiter._worker --hint-first` loads, then its early-build path:
+    # the modules `python -m arbiter._worker_child --hint-first` loads, then its early-build path:
     # the lane lookups (is it a CPU lane?) and a real compile of x86_c's default
     code = """
 import sys
-from arbiter._worker import _AHEAD, _READY, _build_early, _take_ahead
+from arbiter._worker_child import _AHEAD, _READY, _build_early, _take_ahead
 from arbiter._registry import get_lane
 from arbiter import FusedRegion
 region = FusedRegion(8, 16, 8, epilogue=("bias", "relu"))

@@ -345,7 +345,8 @@ def test_the_first_candidates_are_built_while_the_parent_starts_up(tmp_path, mon
 def test_a_regions_first_check_makes_its_references_while_its_defaults_compile(monkeypatch):
     # in this process, as the worker does it: the request that is to wait for the defaults
     # compiling in the background makes its inputs and references first
-    from arbiter import _check, _worker
+    from arbiter import _check
+    from arbiter import _worker_child as _worker
 
     _fakes(monkeypatch, "fake_tiny", "fake_slow_build")
     _check.forget_cases()
@@ -375,7 +376,7 @@ def test_a_request_before_the_early_builds_began_still_waits_for_its_regions_fir
     # in this process: the builds' thread is held until the request has come. A lane with
     # no compiler first (a cache hit), then the region's first compile: that one runs, for
     # a request in its region, while the request makes its references; none after it
-    from arbiter import _worker
+    from arbiter import _worker_child as _worker
 
     _fakes(monkeypatch, "fake_slow_build")
     monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
