@@ -4,7 +4,8 @@ check's output buffer, the poison put back for the next candidate's run.
 
 numpy makes five passes over each chunk of an output (cast, subtract, square, sum, max):
 0.29 ms for 512K elements on this project's 2-core machine and 0.9 ms on the H200 host,
-whose cores are slower. The loop below reads each element once: 0.07 ms here. Poisoning the
+whose cores are slower. The loop below reads each element once: 0.07 ms here at the
+machine's fastest, ~0.35 ms in its slow states. Poisoning the
 buffer again in the same pass, while its lines are in cache, added 0.01 ms to two such
 comparisons on a 2-core Xeon VM, where a fill of a cold buffer before the next run took 0.3
 ms. It is built with the lanes' C compiler (`ARBITER_CC`) into the build cache, in a thread,
