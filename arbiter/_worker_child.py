@@ -18,6 +18,10 @@ A check sent ahead is taken up the moment the reply before it is sent. Its own g
 off (a result that changed the sampler's mind): the check then stops at its next check-in. One
 that would compile waits for its go before anything else, its compile (a CPU lane's) under way
 in the background meanwhile, so that a call-off stops the compiler too.
+
+The parent's side (`_worker`) imports from here what both sides share: the messages' framing
+(`HEADER`, `send`), the reply types, the settings every request carries (`settings_now`) and
+`cpu_lane`.
 """
 
 from __future__ import annotations
@@ -598,7 +602,6 @@ def _serve_requests(reply_fd: int) -> None:
             # the next candidate (it ran on until that one's request came: ~2 ms more on its
             # path, and a compiler beside the parent's asking)
             _take_ahead()
-
 
 
 if __name__ == "__main__":
