@@ -318,6 +318,7 @@ def warm_only(n: int) -> None:
             r = sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db")
             steady = r["steady_ms_per_trial"]
             print(json.dumps({
+                "trials": r["trials"],
                 **{k: round(r[k], 3) for k in (
                     "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
                     "oracle_check_ms_per_trial", "verification_runs_ms_per_trial",

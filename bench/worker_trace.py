@@ -183,6 +183,8 @@ def main() -> None:
     end = max(t for t, _, s in steps if s == "send" and t < last)
     before, _, _ = _uncovered(steps, first, chk)
     total, by, n = _uncovered(steps, chk, end)
+    # (an older tree's `--warm` lines lack the count: its check requests then, called-off ones
+    # among them)
     trials = d.get("trials") or sum(1 for t, _, s in steps if s == "chk" and first < t < last)
     print(f"literal {d['total_minus_build_and_kernel_ms_per_trial']:.2f} ms a trial over "
           f"{trials} trials; start-up {d['startup_s']:.3f} s")
