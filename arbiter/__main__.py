@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -27,13 +27,14 @@ from ._store.session import (
     RACE_WAITS,
     _sqlite_pragmas,
     _store_error,
+    close_every,
     create_tables,
     per_file,
     version_table,
     write_locked,
 )
 
-__all__ = ["load_soon", "opened_before", "storage_for"]
+__all__ = ["close_storages", "load_soon", "opened_before", "storage_for"]
 
 OPTUNA_VERSION_TABLE = "alembic_version"  # Optuna's Alembic table (ours has its own name)
 
@@ -175,6 +176,10 @@ def _new_storage(url: str) -> Any:
 def opened_before() -> bool:
     """Has this process opened Optuna's storage on some file (its imports paid)?"""
     return bool(_STORAGES)
+
+
+def close_storages() -> None:
+    close_every(_STORAGES, lambda s: s.engine.dispose())
 
 
 def storage_for(url: str) -> Any:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,19 @@ def test_tune_best_run_on_the_examples(env, tmp_path):
     assert "recorded winner lane numpy" in msg
     with np.load(out) as z:
         assert z["out"].shape == (256, 256) and np.isfinite(z["out"]).all()
+
+
+def test_each_command_closes_the_database_before_it_ends(env, tmp_path):
+    # the command freezes its objects for a quick exit: the connections, ours and Optuna's,
+    # are closed first, so SQLite folds its write-ahead log into the file and removes it
+    spec = tmp_path / "one.toml"
+    spec.write_text('[[region]]\nname = "r"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n')
+    arbiter(env, "tune", spec, "--lanes", "numpy", "--trials", "2")
+    assert not list(tmp_path.glob("arbiter.db-*"))
+    with closing(sqlite3.connect(tmp_path / "arbiter.db")) as conn:  # Optuna's was open too
+        assert conn.execute("SELECT COUNT(*) FROM studies").fetchone()[0] == 1
+    assert "r" in arbiter(env, "best", spec).stdout
+    assert not list(tmp_path.glob("arbiter.db-*"))
 
 
 @pytest.mark.parametrize("args, text", [

@@ -38,9 +38,9 @@ from .._errors import StoreError
 from .driver import DriverError, DriverIntegrityError, Statements, transaction
 from .models import SCHEMA_REVISION, VERSION_TABLE, Base
 
-__all__ = ["connection_scope", "create_current", "create_tables", "engine_for",
-           "once_more_on_conflict", "per_file", "require_current", "revision_of", "session_scope",
-           "statements_scope", "upgrade", "version_table", "write_locked"]
+__all__ = ["close_engines", "close_every", "connection_scope", "create_current", "create_tables",
+           "engine_for", "once_more_on_conflict", "per_file", "require_current", "revision_of",
+           "session_scope", "statements_scope", "upgrade", "version_table", "write_locked"]
 
 T = TypeVar("T")
 
@@ -115,6 +115,19 @@ def per_file(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]], url: str
 
 
 _PER_FILE_LOCK = threading.RLock()
+
+
+def close_every(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]],
+                close: Callable[[T], None]) -> None:
+    """Close what `per_file` keeps in `cache` (a process about to end: SQLite then folds its
+    write-ahead log into the file and removes it, as at any last close)."""
+    with _PER_FILE_LOCK:
+        while cache:
+            close(cache.popitem()[1][1])
+
+
+def close_engines() -> None:
+    close_every(_ENGINES, lambda e: e.dispose())
 
 
 def _new_engine(url: str) -> Engine:
