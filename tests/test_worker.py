@@ -523,3 +523,32 @@ def test_the_users_own_openmp_wait_settings_reach_the_worker(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setenv("GOMP_SPINCOUNT", "123")
     assert child_env()["GOMP_SPINCOUNT"] == "123"
+
+
+def test_closing_waits_for_the_child_by_its_pipe_and_kills_one_that_stays():
+    import subprocess
+    import sys
+
+    from arbiter._worker import _ended
+
+    def child(code: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+
+    # a reply left unread, then the end: seen as it comes, not at a poll's next wake-up
+    ends = child("import sys, time; sys.stdout.write('x' * 100000); sys.stdout.flush(); "
+                 "sys.stdin.read(); time.sleep(0.2)")
+    ends.stdin.close()
+    t0 = time.monotonic()
+    _ended(ends, 10.0)
+    assert ends.returncode == 0 and time.monotonic() - t0 < 5
+    stays = child("import time; time.sleep(60)")
+    stays.stdin.close()
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        _ended(stays, 0.5)
+    assert 0.5 <= time.monotonic() - t0 < 5
+    stays.kill()
+    stays.wait()
+    stays.stdout.close()
+    ends.stdout.close()
