@@ -158,6 +158,16 @@ def tune(spec: Any, **kw: Any) -> list[dict[str, Any]]:
     See `arbiter._tune.tune` for the keywords (db, trials, lanes, budget, timeout, seed,
     sampler, ...). Returns one row per region.
     """
+    from ._collector import hold, release
+
+    hold()  # until the sweep has frozen what its start-up made (`_tune`)
+    try:
+        return _tune_leased(spec, kw)
+    finally:
+        release()
+
+
+def _tune_leased(spec: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
     from ._fingerprint import fingerprint_soon
     from ._worker import lease
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS, spec_regions, usable_lanes
+from ._collector import release
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
 from ._oracle import budget_of
@@ -138,6 +139,7 @@ def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker:
     frozen = gc.get_freeze_count() == 0
     if frozen:
         gc.freeze()
+    release()  # (`arbiter.tune` held the collector off since it began)
     try:
         for i in range(len(todo)):
             while len(plans) <= i:

@@ -98,6 +98,26 @@ def test_regions_given_as_an_iterator_are_all_tuned(env):
     assert row["region"] == "small" and row["lane"] == "fake_tiny"
 
 
+def test_the_collector_runs_during_the_trials_and_is_left_as_the_caller_had_it(env):
+    import gc
+
+    # held off during the sweep's start-up only
+    seen = []
+    arbiter.tune(REGION, db=env, trials=3, lanes=["fake_tiny"], seed=1,
+                 on_trial=lambda *_: seen.append(gc.isenabled()))
+    assert seen and all(seen) and gc.isenabled()
+    with pytest.raises(ArbiterError):
+        arbiter.tune(REGION, db=env, lanes=["nope"])
+    assert gc.isenabled()
+    gc.disable()  # the caller's own choice stands
+    try:
+        arbiter.tune(REGION, db=env, trials=4, lanes=["fake_tiny"], seed=1,
+                     on_trial=lambda *_: seen.append(gc.isenabled()))
+        assert not gc.isenabled() and seen[-1] is False
+    finally:
+        gc.enable()
+
+
 def test_never_tuned_region_says_so(env):
     arbiter.tune(REGION, db=env, trials=1, lanes=["numpy"])
     with pytest.raises(ArbiterError, match="never tuned"):
