@@ -43,6 +43,10 @@
    calls). `tpe-optuna` is the default's settings on Optuna's own TPESampler and study: the
    same sampler, but a proposal asked ahead is dropped by the rule of thumb (as on any Optuna
    study), at the cost of Optuna's asks and tells.
+
+The machine's speed (`machine_probe_s`: 10M additions in a fresh interpreter) is read before
+(1) and after the last part: the 2-core machine's numbers move with it by more than most
+changes.
 """
 
 from __future__ import annotations
@@ -66,6 +70,19 @@ REGION = "row_gelu_residual"
 SEEDS = 20
 SAMPLED_TRIALS = 40
 SPEC_TRIALS = 30
+
+
+PROBE = ("import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n    s += i\n"
+         "print(time.perf_counter() - t)")
+
+
+def machine_probe() -> float:
+    """Seconds for 10M additions at a script's top level, in a fresh interpreter: the
+    machine's speed at the time (the 2-core machine: 1.1 s at its fastest, 1.7-2.1 s in its
+    slow states), so runs of different times can be told apart."""
+    done = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True,
+                          text=True)
+    return float(done.stdout)
 
 
 def _cpu() -> float:
@@ -313,6 +330,7 @@ def warm_only(n: int) -> None:
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
+        print(json.dumps({"machine_probe_s": machine_probe()}), flush=True)
         sweep(tmp)
         for i in range(n):
             r = sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db")
@@ -353,7 +371,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
-        result = {"exhaustive": sweep(tmp)}
+        result = {"machine_probe_s": [machine_probe()], "exhaustive": sweep(tmp)}
         print(json.dumps(result["exhaustive"], indent=1), flush=True)
         # the default sampler's path (space larger than the trial budget: ask/tell), fresh
         # database; first with a fresh build cache, then on the exhaustive sweep's
@@ -382,6 +400,8 @@ def main() -> None:
                 flush=True)
             result["rerun"] = rerun(tmp, args.rerun_trials)
             print(json.dumps(result["rerun"], indent=1), flush=True)
+        result["machine_probe_s"].append(machine_probe())
+        print(json.dumps({"machine_probe_s": result["machine_probe_s"]}), flush=True)
     out = args.out or (None if args.only_overhead else ROOT / "bench" / "arbiter_overhead.json")
     if out is not None:
         Path(out).write_text(json.dumps(result, indent=1, default=str))
