@@ -7,7 +7,8 @@ Runs bench/arbiter_overhead.py's whole-spec sweep (a fresh process, cache and da
 with `--warm` its exhaustive sweep and then one warm-cache sweep (`--warm 1`: the last one is
 traced), with
 a `sitecustomize` that wraps the worker's steps in both processes (a timestamp per step and
-thread, dumped at exit); `--rev`: REV's tree, laid out by bench/old_tree.sh, instead of this
+thread, dumped at exit), each module as it is first imported, so that neither process's
+start-up changes; `--rev`: REV's tree, laid out by bench/old_tree.sh, instead of this
 checkout. Printed: that sweep's literal overhead, the worker's uncovered time before its first
 check (from the parent's first message) and after it (to its last reply), and the largest
 stretches by the pair of steps on either side. The wrappers cost a few us a step: the literal
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COVERED = ("c", "b", "t", "r", "i")
 
 SITE = '''
-import atexit, os, threading, time
+import atexit, os, sys, threading, time
 
 _TRACE = []
 
@@ -62,6 +63,7 @@ def _wrapped(f, before, after, only=None):
         finally:
             if on and after:
                 _t(after)
+    step.traced = True
     return step
 
 
@@ -69,48 +71,77 @@ def _wrap(owner, name, before, after, only=None):
     setattr(owner, name, _wrapped(getattr(owner, name), before, after, only))
 
 
-import arbiter._api as api  # noqa: E402
-import arbiter._asker as asker  # noqa: E402
-import arbiter._check as check  # noqa: E402
-import arbiter._lane as lane  # noqa: E402
-import arbiter._records as records  # noqa: E402
-import arbiter._studies as studies  # noqa: E402
-import arbiter._tpe_study as tpe  # noqa: E402
-import arbiter._worker as w  # noqa: E402
+def _child_side(c):
+    _wrap(c._Timed, "build", "b0", "b1")
+    _wrap(c._Timed, "runner", "ld0", "ld1")
+    _wrap(c._TimedRunner, "time", "t0", "t1")
+    _wrap(c._TimedRunner, "run", "r0", "r1")
+    _wrap(c._Go, "wait", "g0", "g1")
+    _wrap(c, "_receive", None, "recv")
+    _wrap(c, "send" if hasattr(c, "send") else "_send", "send", None)
+    _wrap(c, "_build_behind", "bb", None)
+    _wrap(c, "_take_ahead", "ta0", "ta1")
+    _wrap(c._Builder, "hand_over", "ho0", "ho1")
+    _wrap(c._Ahead, "run", "ru0", None)
+    c._HANDLERS["check"] = _wrapped(c._HANDLERS["check"], "chk", None)
+    c._HANDLERS["interleave"] = _wrapped(c._HANDLERS["interleave"], "i0", "i1")
 
-if hasattr(w, "_Timed"):  # a tree from before the child's side had a module of its own
-    c = w
-else:
-    import arbiter._worker_child as c
-SEND = "send" if hasattr(c, "send") else "_send"
 
-_wrap(lane, "build_candidate", "c0", "c1",
-      lambda: threading.current_thread().name == "arbiter-build")
-_wrap(c._Timed, "build", "b0", "b1")
-_wrap(c._Timed, "runner", "ld0", "ld1")
-_wrap(c._TimedRunner, "time", "t0", "t1")
-_wrap(c._TimedRunner, "run", "r0", "r1")
-_wrap(c._Go, "wait", "g0", "g1")
-_wrap(c, "_receive", None, "recv")
-_wrap(c, SEND, "send", None)
-if c is not w:  # the parent's own reference to it
-    _wrap(w, SEND, "send", None)
-_wrap(c, "_build_behind", "bb", None)
-_wrap(c, "_take_ahead", "ta0", "ta1")
-_wrap(c._Builder, "hand_over", "ho0", "ho1")
-_wrap(c._Ahead, "run", "ru0", None)
-_wrap(check, "_judge", "cmp0", "cmp1")
-_wrap(api, "tune", "tu0", "tu1")
-_wrap(w.Worker, "_meanwhile_then_go", "mw0", "mw1")
-_wrap(w.Worker, "_reply", "rp0", "rp1")
-_wrap(w.Worker, "check", "ck0", "ck1")
-_wrap(records.Records, "record", "rec0", "rec1")
-_wrap(studies.Studies, "flush_all", "fl0", "fl1")
-_wrap(asker.Asker, "propose", "ask0", "ask1")
-_wrap(tpe.TPEStudy, "ask", "tpe0", "tpe1")
-_wrap(tpe.TPEStudy, "tell", "tell0", "tell1")
-c._HANDLERS["check"] = _wrapped(c._HANDLERS["check"], "chk", None)
-c._HANDLERS["interleave"] = _wrapped(c._HANDLERS["interleave"], "i0", "i1")
+def _worker(w):
+    if hasattr(w, "_Timed"):  # a tree from before the child's side had a module of its own
+        _child_side(w)
+    elif hasattr(w, "send") and not hasattr(w.send, "traced"):
+        _wrap(w, "send", "send", None)  # bound before the child's module was wrapped
+    _wrap(w.Worker, "_meanwhile_then_go", "mw0", "mw1")
+    _wrap(w.Worker, "_reply", "rp0", "rp1")
+    _wrap(w.Worker, "check", "ck0", "ck1")
+
+
+# Each module is wrapped as it is first imported, in whichever process imports it: imported
+# here, the parent's modules (SQLAlchemy with the records) would load into the child too, and
+# both processes' start-ups would have their imports paid before they began.
+_HOOKS = {
+    "arbiter._lane": lambda m: _wrap(m, "build_candidate", "c0", "c1", lambda: (
+        threading.current_thread().name == "arbiter-build")),
+    "arbiter._worker_child": _child_side,
+    "arbiter._worker": _worker,
+    "arbiter._check": lambda m: _wrap(m, "_judge", "cmp0", "cmp1"),
+    "arbiter._api": lambda m: _wrap(m, "tune", "tu0", "tu1"),
+    "arbiter._records": lambda m: _wrap(m.Records, "record", "rec0", "rec1"),
+    "arbiter._studies": lambda m: _wrap(m.Studies, "flush_all", "fl0", "fl1"),
+    "arbiter._asker": lambda m: _wrap(m.Asker, "propose", "ask0", "ask1"),
+    "arbiter._tpe_study": lambda m: (_wrap(m.TPEStudy, "ask", "tpe0", "tpe1"),
+                                     _wrap(m.TPEStudy, "tell", "tell0", "tell1")),
+}
+
+
+class _AfterImport:
+    """Runs a module's hook once the module has run."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in _HOOKS:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is not self and find is not None:
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        else:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            hook = _HOOKS.pop(name, None)  # (`-m` finds the child's module without running it)
+            if hook is not None:
+                hook(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AfterImport())
 '''
 
 
