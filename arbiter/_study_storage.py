@@ -178,11 +178,15 @@ def opened_before() -> bool:
     return bool(_STORAGES)
 
 
+def _close_storage(storage: Any) -> None:
+    storage.engine.dispose()
+
+
 def close_storages() -> None:
-    close_every(_STORAGES, lambda s: s.engine.dispose())
+    close_every(_STORAGES, _close_storage)
 
 
 def storage_for(url: str) -> Any:
     """Optuna's storage on `url`, opened once per file and process (sweeps in two threads
     of one process share it: `per_file` makes the second wait for the first one's open)."""
-    return per_file(_STORAGES, url, lambda: _new_storage(url), lambda s: s.engine.dispose())
+    return per_file(_STORAGES, url, lambda: _new_storage(url), _close_storage)

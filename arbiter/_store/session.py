@@ -126,8 +126,12 @@ def close_every(cache: OrderedDict[str, tuple[tuple[int, int] | None, T]],
             close(cache.popitem()[1][1])
 
 
+def _close_engine(engine: Engine) -> None:
+    engine.dispose()
+
+
 def close_engines() -> None:
-    close_every(_ENGINES, lambda e: e.dispose())
+    close_every(_ENGINES, _close_engine)
 
 
 def _new_engine(url: str) -> Engine:
@@ -148,7 +152,7 @@ def engine_for(url: str) -> Engine:
             open(path, "ab").close()
         except (OSError, ValueError) as e:
             raise StoreError(f"cannot open database {url!r}: {e}") from e
-    return per_file(_ENGINES, url, lambda: _new_engine(url), lambda e: e.dispose())
+    return per_file(_ENGINES, url, lambda: _new_engine(url), _close_engine)
 
 
 def _store_error(url: str, e: SQLAlchemyError | DriverError) -> StoreError:
