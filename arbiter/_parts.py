@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["MAX_THREADS", "PART_MIN", "cores_but_one", "in_parts", "side_by_side"]
+__all__ = ["MAX_THREADS", "PART_MIN", "cores_but_one", "in_parts", "side_by_side", "usable_cores"]
 
 A = TypeVar("A")
 T = TypeVar("T")
@@ -29,12 +29,17 @@ _POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (threads, pool)
 _POOL_LOCK = threading.Lock()
 
 
-def cores_but_one() -> int:
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity mask (`taskset`, a container's or a
+    batch job's CPU set), not the machine's count."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+        return os.cpu_count() or 1
+
+
+def cores_but_one() -> int:
+    return max(1, usable_cores() - 1)
 
 
 def _bounds(n: int, align: int, parts: int) -> list[tuple[int, int]]:

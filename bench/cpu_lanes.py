@@ -51,6 +51,7 @@ from arbiter import FusedRegion, Measurement, RowwiseRegion, Status, random_inpu
 from arbiter._inputs import input_shapes, output_shape, poison  # noqa: E402
 from arbiter._lane import build_candidate  # noqa: E402
 from arbiter._oracle import budget_of, compare, reference  # noqa: E402
+from arbiter._parts import usable_cores  # noqa: E402
 from arbiter._timing import HOST_METHOD, time_host  # noqa: E402
 
 S = 4096
@@ -159,7 +160,7 @@ def timed_rounds(region, cfg, rounds: int, reps: dict[str, int]) -> dict[str, li
     srcs = [np.random.default_rng(i).standard_normal(half, dtype=np.float32) for i in range(3)]
     dst = np.empty_like(srcs[0])
 
-    cpus = os.cpu_count() or 1
+    cpus = usable_cores()
     pool = ThreadPoolExecutor(cpus)
     cuts = np.linspace(0, half, cpus + 1).astype(int)
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from arbiter import Config, FusedRegion, RowwiseRegion, Status
+from arbiter._parts import usable_cores
 from arbiter._worker import Worker
 from tests import fake_lanes
 from tests.procs import cpu_ns, live, proc, rss_mb, soon, threads
@@ -475,7 +476,7 @@ def test_a_build_ahead_under_other_settings_is_not_used(tmp_path, monkeypatch):
     assert list((tmp_path / "two").rglob("*.so"))  # built into this sweep's cache
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: an OpenMP kernel runs alone")
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: an OpenMP kernel runs alone")
 @pytest.mark.skipif("clang" in os.environ.get("ARBITER_CC", "gcc"),
                     reason="clang's OpenMP runtime (libomp) has its own wait settings")
 def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
@@ -485,7 +486,7 @@ def test_a_cpu_kernels_threads_stop_spinning_soon_after_its_runs():
 
     lane = get_lane("x86_c")
     default = lane.space(BIG).default  # every core's thread
-    assert dict(default.items)["threads"] == os.cpu_count()
+    assert dict(default.items)["threads"] == usable_cores()
     with Worker(timeout=120) as w:
         # numpy's check first: the threads it leaves are not the kernel's (the main one, and
         # OpenBLAS's pool, which spins after BLAS calls on a clock of its own: 1-13 ms in

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from arbiter._parts import usable_cores
 from arbiter._region import AttentionRegion, FusedRegion, Region
 from arbiter._settings import settings
 from arbiter._values import (
@@ -47,7 +47,9 @@ def _cpu_flags() -> frozenset[str]:
 
 
 def _thread_choices() -> tuple[int, ...]:
-    n = os.cpu_count() or 1
+    # the CPUs the sweep may use: under `taskset -c 2,3` on a 16-core host, 16 threads would
+    # crowd 2 cores (192 of the 321 configs of that host's exhaustive sweep were such)
+    n = usable_cores()
     out = []
     t = 1
     while t < n:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +195,23 @@ def test_rowwise_space_has_no_gemm_knobs(lane):
     # small enough to enumerate; each thread count (1, 2, 4, .., cores) multiplies it
     threads = next(t for t in space.tunables if t.name == "threads")
     assert 0 < space.size() <= 160 * len(threads.choices)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_thread_counts_follow_the_cpus_the_process_may_use(lane):
+    # a process held to one CPU (taskset, a container's CPU set) is offered one thread, not
+    # the machine's count; in a child, so this process's affinity stays as it is
+    cpu = min(os.sched_getaffinity(0))
+    code = (f"import os; os.sched_setaffinity(0, {{{cpu}}}); "
+            "from arbiter import RowwiseRegion; from arbiter._registry import get_lane; "
+            "space = get_lane('x86_c').space(RowwiseRegion(64, 64, reduction='softmax')); "
+            "print(next(t.choices for t in space.tunables if t.name == 'threads'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "(1,)"
+    here = next(t.choices for t in lane.space(RowwiseRegion(64, 64, reduction="softmax"))
+                .tunables if t.name == "threads")
+    assert here[-1] == len(os.sched_getaffinity(0))
 
 
 def test_generated_c_is_readable(lane):
