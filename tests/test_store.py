@@ -95,6 +95,18 @@ def test_candidate_identity_is_unique_and_errors_become_store_errors(tmp_path):
                 s.flush()
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("verb", ["tune", "best"])
+def test_sqlite_in_memory_is_refused_in_one_line(url, verb, capsys):
+    # each connection (Optuna's storage has its own) would see an empty database of its own
+    spec = Path(__file__).parent.parent / "examples" / "regions.toml"
+    args = ([verb, str(spec), "--lanes", "numpy", "--trials", "1"] if verb == "tune"
+            else [verb, str(spec), "mm_relu"])
+    assert main([*args, "--db", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "in memory is not supported" in err[0] and "sqlite:///" in err[0]
+
+
 def test_unreachable_url_is_a_store_error():
     with pytest.raises(StoreError):
         Records("sqlite:////nonexistent-dir/x/y.db")

@@ -140,6 +140,12 @@ def _new_engine(url: str) -> Engine:
     except (SQLAlchemyError, ValueError, ImportError) as e:
         raise StoreError(f"cannot open database {url!r}: {e}") from e
     if engine.dialect.name == "sqlite":
+        if sqlite_path(url) is None:
+            engine.dispose()
+            raise StoreError(f"database {url}: SQLite in memory is not supported (each "
+                             "connection, Optuna's among them, would see a database of its "
+                             "own, and the records would be gone when the process ends): "
+                             "give a file, e.g. sqlite:///arbiter.db")
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
