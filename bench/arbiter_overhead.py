@@ -325,24 +325,30 @@ def _byte_compiled() -> None:
 
 def warm_only(n: int) -> None:
     """The exhaustive sweep (it fills a fresh build cache), then `n` sweeps of the warm-cache
-    case into fresh databases, in this process."""
+    case into fresh databases, in this process; each one's line (the exhaustive one's only
+    when `n` is 0)."""
     _byte_compiled()
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as t:
         tmp = Path(t)
         os.environ["ARBITER_CACHE_DIR"] = str(tmp / "cache1")
         print(json.dumps({"machine_probe_s": machine_probe()}), flush=True)
-        sweep(tmp)
+        first = sweep(tmp)
+        if n == 0:
+            _line(first)
         for i in range(n):
-            r = sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db")
-            steady = r["steady_ms_per_trial"]
-            print(json.dumps({
-                "trials": r["trials"],
-                **{k: round(r[k], 3) for k in (
-                    "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
-                    "oracle_check_ms_per_trial", "verification_runs_ms_per_trial",
-                    "kernel_timing_ms_per_trial", "startup_s", "tail_s")},
-                **{f"steady_{k}": round(steady[k], 3) for k in (
-                    "mean", "median", "parent_cpu_mean")}}), flush=True)
+            _line(sweep(tmp, SAMPLED_TRIALS, f"warm-{i}.db"))
+
+
+def _line(r: dict) -> None:
+    steady = r["steady_ms_per_trial"]
+    print(json.dumps({
+        "trials": r["trials"],
+        **{k: round(r[k], 3) for k in (
+            "total_minus_build_and_kernel_ms_per_trial", "gate_wait_ms_per_trial",
+            "oracle_check_ms_per_trial", "verification_runs_ms_per_trial",
+            "kernel_timing_ms_per_trial", "startup_s", "tail_s")},
+        **{f"steady_{k}": round(steady[k], 3) for k in (
+            "mean", "median", "parent_cpu_mean")}}), flush=True)
 
 
 def main() -> None:
@@ -355,11 +361,12 @@ def main() -> None:
                     help="the exhaustive sweep only (no sampler replay, no re-run)")
     ap.add_argument("--warm", type=int, metavar="N",
                     help="the exhaustive sweep, then N warm-cache sweeps; prints each one's "
-                         "literal ms per trial (for A/B runs of that case)")
+                         "literal ms per trial (for A/B runs of that case; N=0: the "
+                         "exhaustive sweep's)")
     ap.add_argument("--spec-sweep", nargs=2, metavar=("TMP", "SPAWNED_AT"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.warm:
+    if args.warm is not None:
         warm_only(args.warm)
         return
     if args.spec_sweep:

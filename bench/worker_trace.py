@@ -1,12 +1,12 @@
 """Where a whole-spec sweep's uncovered time goes: the worker's time with no compile, no timing,
 no verification run and no finalists' re-timing going on, split by the steps around it.
 
-    python3 bench/worker_trace.py [--rev REV] [--keep DIR] [--top N] [--warm]
+    python3 bench/worker_trace.py [--rev REV] [--keep DIR] [--top N] [--warm | --exhaustive]
 
 Runs bench/arbiter_overhead.py's whole-spec sweep (a fresh process, cache and database), or
 with `--warm` its exhaustive sweep and then one warm-cache sweep (`--warm 1`: the last one is
-traced), with
-a `sitecustomize` that wraps the worker's steps in both processes (a timestamp per step and
+traced), or with `--exhaustive` that exhaustive sweep alone (`--warm 0`), with a
+`sitecustomize` that wraps the worker's steps in both processes (a timestamp per step and
 thread, dumped at exit), each module as it is first imported, so that neither process's
 start-up changes; `--rev`: REV's tree, laid out by bench/old_tree.sh, instead of this
 checkout. Printed: that sweep's literal overhead, the worker's uncovered time before its first
@@ -177,6 +177,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--warm", action="store_true",
                     help="trace a warm-cache sweep (after the exhaustive one) instead")
+    ap.add_argument("--exhaustive", action="store_true",
+                    help="trace the exhaustive sweep (fresh cache, its process's first) instead")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="arbiter-trace-") as tmp:
         work = Path(tmp)
@@ -196,7 +198,8 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p),
                    ARBITER_WORKER_TRACE=str(prefix), ARBITER_CACHE_DIR=str(work / "cache"),
                    PYTHONUNBUFFERED="1")
-        how = ["--warm", "1"] if a.warm else ["--spec-sweep", str(work), repr(time.time())]
+        how = (["--warm", "1"] if a.warm else ["--warm", "0"] if a.exhaustive
+               else ["--spec-sweep", str(work), repr(time.time())])
         sweep = subprocess.run([sys.executable, "bench/arbiter_overhead.py", *how], cwd=tree,
                                env=env, capture_output=True, text=True)
         if sweep.returncode != 0:
