@@ -1,4 +1,5 @@
-"""What makes a measurement belong to this machine: CPU, GPU, compilers, libraries, arbiter.
+"""What makes a measurement belong to this machine: CPU (its model and how many of them this
+process may use), GPU, compilers, libraries, arbiter.
 
 Cheap by design (it runs at the start of every `tune`/`best`/`run`): version queries run
 concurrently, torch is looked up by its installed metadata, never imported. A record made
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ._build import run_tool, version_text
+from ._parts import usable_cores
 from ._settings import settings
 
 __all__ = ["Fingerprint", "fingerprint", "fingerprint_soon"]
@@ -97,6 +99,9 @@ def _details(cc: str) -> Fingerprint:
         "machine": platform.machine(),
         "system": platform.system(),
         "cpu": _cpu_model(),
+        # a CPU lane's latency (and its thread counts) depend on the CPUs this process may use:
+        # a sweep under `taskset` or a smaller CPU set is another environment
+        "usable_cpus": usable_cores(),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "gpu": {k: v for k, v in gpus.items() if v},
         "compilers": {c: v for c, v in versions.items() if v},

@@ -3,8 +3,10 @@ is measured twice, budgets change at query time, foreign winners are re-verified
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -137,6 +139,29 @@ def test_winner_from_another_machine_is_reverified(env, monkeypatch):
     assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
     arbiter.best(REGION, db=env)  # verified once, then trusted on this machine
     assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs this process may use")
+def test_a_narrower_cpu_set_is_another_environment(env):
+    # latencies measured with every CPU are not this process's when it is held to one (taskset,
+    # a smaller container): it measures afresh, within its own thread counts
+    region = FusedRegion(4, 8, 4, name="tiny_c", epilogue=("relu",))
+    arbiter.tune(region, db=env, trials=3, lanes=["x86_c"], seed=1)
+    cpu = min(os.sched_getaffinity(0))
+    code = (f"import json, os, arbiter; os.sched_setaffinity(0, {{{cpu}}}); "
+            f"r = arbiter.FusedRegion(4, 8, 4, name='tiny_c', epilogue=('relu',)); "
+            f"[t] = arbiter.tune(r, db={env!r}, trials=3, lanes=['x86_c'], seed=1); "
+            f"b = arbiter.best(r, db={env!r}); "
+            "print(json.dumps([t['new_trials'], t['config']['threads'], b['source'], "
+            "b['config']['threads']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    new, threads, source, served = json.loads(out.stdout.splitlines()[-1])
+    assert new > 0 and threads == served == 1 and source == "winner"
+    assert _rows(env, "select count(*) from environments") == [(2,)]
+    assert arbiter.best(region, db=env)["source"] == "winner"
+
 
 
 def test_run_without_lane_uses_the_recorded_winner(env):
