@@ -85,8 +85,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-@lru_cache(maxsize=1)
-def _details(cc: str) -> Fingerprint:
+@lru_cache(maxsize=4)
+def _details(cc: str, cpus: int) -> Fingerprint:
     from . import __version__
 
     compilers = (cc, *COMPILERS)
@@ -101,7 +101,7 @@ def _details(cc: str) -> Fingerprint:
         "cpu": _cpu_model(),
         # a CPU lane's latency (and its thread counts) depend on the CPUs this process may use:
         # a sweep under `taskset` or a smaller CPU set is another environment
-        "usable_cpus": usable_cores(),
+        "usable_cpus": cpus,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "gpu": {k: v for k, v in gpus.items() if v},
         "compilers": {c: v for c, v in versions.items() if v},
@@ -114,9 +114,9 @@ _ONCE = threading.Lock()  # a second caller waits for the first one's answer
 
 
 def fingerprint() -> Fingerprint:
-    """This machine's fingerprint (computed once per process)."""
+    """This machine's fingerprint (computed once per process, again if its CPU set changes)."""
     with _ONCE:
-        return _details(settings().cc)
+        return _details(settings().cc, usable_cores())
 
 
 def fingerprint_soon() -> None:

@@ -400,14 +400,15 @@ class Worker:
 
 
 # A worker kept between the sweeps of one process (a notebook tuning region after region),
-# with how it was started: the interpreter, directory and environment it inherited.
+# with how it was started: the interpreter, directory, environment and CPU set it inherited.
 _SPARE: list[tuple[tuple[Any, ...], Worker]] = []
 _SPARE_LOCK = threading.Lock()
 
 
 def _started_as() -> tuple[Any, ...]:
     env = tuple(sorted((k, v) for k, v in os.environ.items() if not k.startswith(SETTINGS_PREFIX)))
-    return os.getpid(), sys.executable, os.getcwd(), env
+    cpus = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    return os.getpid(), sys.executable, os.getcwd(), env, cpus
 
 
 def _close_spare() -> None:

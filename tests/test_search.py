@@ -280,6 +280,24 @@ def test_the_next_sweep_of_the_process_reuses_the_worker_under_its_own_settings(
     assert _spare_pid() not in (None, pid) and str(pid) not in _children()
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs this process may use")
+def test_a_process_that_narrows_its_cpus_gets_a_new_worker_and_environment(env):
+    region = FusedRegion(4, 8, 4, name="tiny_c", epilogue=("relu",))
+    arbiter.tune(region, db=env, trials=2, lanes=["x86_c"], seed=1)
+    pid = _spare_pid()
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        [row] = arbiter.tune(region, db=env, trials=2, lanes=["x86_c"], seed=1)
+        # the kept worker still runs on every CPU: its timings would not be this process's
+        assert _spare_pid() not in (None, pid)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert row["new_trials"] > 0 and row["config"]["threads"] == 1
+    assert _rows(env, "select count(*) from environments") == [(2,)]
+
+
 def test_a_kept_worker_lets_go_of_the_sweeps_inputs_and_references(env):
     # 8M elements: the check's four input sets and two float64 references take ~0.4 GB
     region = arbiter.RowwiseRegion(2048, 4096, name="big", epilogue=("gelu",), residual=True)
