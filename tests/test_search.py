@@ -140,6 +140,7 @@ def test_winner_from_another_machine_is_reverified(env, monkeypatch):
     arbiter.best(REGION, db=env)  # verified once, then trusted on this machine
     assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
 
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two CPUs this process may use")
 def test_a_narrower_cpu_set_is_another_environment(env):
@@ -149,7 +150,7 @@ def test_a_narrower_cpu_set_is_another_environment(env):
     arbiter.tune(region, db=env, trials=3, lanes=["x86_c"], seed=1)
     cpu = min(os.sched_getaffinity(0))
     code = (f"import json, os, arbiter; os.sched_setaffinity(0, {{{cpu}}}); "
-            f"r = arbiter.FusedRegion(4, 8, 4, name='tiny_c', epilogue=('relu',)); "
+            "r = arbiter.FusedRegion(4, 8, 4, name='tiny_c', epilogue=('relu',)); "
             f"[t] = arbiter.tune(r, db={env!r}, trials=3, lanes=['x86_c'], seed=1); "
             f"b = arbiter.best(r, db={env!r}); "
             "print(json.dumps([t['new_trials'], t['config']['threads'], b['source'], "
@@ -161,7 +162,6 @@ def test_a_narrower_cpu_set_is_another_environment(env):
     assert new > 0 and threads == served == 1 and source == "winner"
     assert _rows(env, "select count(*) from environments") == [(2,)]
     assert arbiter.best(region, db=env)["source"] == "winner"
-
 
 
 def test_run_without_lane_uses_the_recorded_winner(env):
