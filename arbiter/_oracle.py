@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ._compare_c import Sums, fits, squares
-from ._errors import InputError
+from ._errors import ArbiterError, InputError
 from ._inputs import POISON_BITS, output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
 from ._parts import PART_MIN, cores_but_one, in_parts
@@ -194,9 +194,18 @@ def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
     return out
 
 
+def checked_budget(budget: object) -> float:
+    """A relative error budget given on the command line or to the API, or one line on what is
+    wrong with it (a spec's are checked with its regions)."""
+    if (isinstance(budget, bool) or not isinstance(budget, (int, float))
+            or not 0 < budget < math.inf):
+        raise ArbiterError(f"--budget must be a positive number, got {budget!r}")
+    return float(budget)
+
+
 def budget_of(region: Region, override: float | None = None) -> float:
     if override is not None:
-        return override
+        return checked_budget(override)
     return region.budget if region.budget is not None else DEFAULT_BUDGET
 
 

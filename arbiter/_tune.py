@@ -19,7 +19,7 @@ from ._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS, spec_regions, usable_lanes
 from ._collector import release
 from ._errors import ArbiterError, LaneError
 from ._fingerprint import fingerprint
-from ._oracle import budget_of
+from ._oracle import budget_of, checked_budget
 from ._plan import Plan, plan
 from ._records import VERIFY, Choice, Records, Result, choose
 from ._region import Region
@@ -29,7 +29,7 @@ from ._search import RegionTuning, tune_region
 from ._settings import settings
 from ._spec import Spec
 from ._values import Status
-from ._worker import Worker
+from ._worker import Worker, checked_timeout
 
 __all__ = ["best", "best_rows", "tune"]
 
@@ -80,8 +80,9 @@ def tune(
     """
     if trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
-    if timeout <= 0:
-        raise ArbiterError(f"--timeout must be positive, got {timeout}")
+    timeout = checked_timeout(timeout)
+    if budget is not None:
+        budget = checked_budget(budget)
     check_sampler(sampler)
     # the user's input (lanes, spec, region names) is checked before anything starts
     chosen = usable_lanes(lanes)

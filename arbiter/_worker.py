@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._errors import ArbiterError
 from ._values import Config, Measurement, Status
 from ._worker_child import (
     HEADER,
@@ -88,6 +89,18 @@ class _Dead(Exception):
         self.status, self.log = status, log
 
 
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def checked_timeout(timeout: object) -> float:
+    """A candidate's timeout in seconds, or one line on what is wrong with it."""
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_TIMEOUT):
+        raise ArbiterError(f"--timeout must be a number of seconds above 0 and at most "
+                           f"{MAX_TIMEOUT:g}, got {timeout!r}")
+    return float(timeout)
+
+
 class Worker:
     """A restartable child process; one request at a time, each with a deadline."""
 
@@ -110,6 +123,14 @@ class Worker:
         self._built_early: dict[Any, list[tuple[str, Config]]] = {}  # region -> hinted builds
         self._log = tempfile.TemporaryFile()
         self._table_sent = False  # the lanes' entry points, to the child running now
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: float) -> None:
+        self._timeout = checked_timeout(timeout)
 
     def __enter__(self) -> Worker:
         return self
@@ -436,6 +457,7 @@ def lease(timeout: float) -> Iterator[Worker]:
     """A worker for one sweep: the one a previous sweep of this process left idle, if it was
     started the same way (its start-up, ~0.1-0.3 s, is paid once), else a new one, started
     now. Kept afterwards while `reusable`, else closed."""
+    timeout = checked_timeout(timeout)
     key = _started_as()
     with _SPARE_LOCK:
         spare = _SPARE.pop() if _SPARE else None

@@ -76,6 +76,13 @@ def test_each_command_closes_the_database_before_it_ends(env, tmp_path):
     (["tune", EXAMPLES, "--lanes", "nope"], "unknown lane 'nope'"),
     (["best", EXAMPLES, "mm_relu"], "never tuned"),
     (["best", EXAMPLES, "no_such_region"], "no region named"),
+    (["tune", EXAMPLES, "--timeout", "nan"], "--timeout must be a number of seconds"),
+    (["tune", EXAMPLES, "--timeout", "inf"], "--timeout must be a number of seconds"),
+    (["tune", EXAMPLES, "--budget", "nan"], "--budget must be a positive number"),
+    (["tune", EXAMPLES, "--budget=-1e-3"], "--budget must be a positive number"),
+    (["tune", EXAMPLES, "--budget", "0"], "--budget must be a positive number"),
+    (["best", EXAMPLES, "mm_relu", "--budget", "nan"], "--budget must be a positive number"),
+    (["check", EXAMPLES, "--lanes", "numpy", "--budget", "inf"], "--budget must be a positive"),
 ])
 def test_bad_input_is_one_line_and_nonzero(env, args, text):
     if args[0] == "best":
