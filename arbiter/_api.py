@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import random
 import threading
 import zipfile
@@ -337,10 +338,13 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
     if not path.exists():
         return {}
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded as z:
+                return {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise InputError(f"{path}: not a readable .npz file ({e})") from None
+    raise InputError(f"{path}: one array (.npy), not an .npz file of named arrays")
 
 
 def run_npz(
@@ -357,9 +361,17 @@ def run_npz(
         lane, winner = _recorded(region, db)
         config = [f"{k}={v}" for k, v in winner.items()]
     in_path, out_path = Path(inputs), Path(output)
-    if out_path.suffix != ".npz":
-        raise SpecError(f"{out_path}: output file must end in .npz")
+    for path, what in ((in_path, "inputs"), (out_path, "output")):
+        if path.suffix != ".npz":  # (np.savez would add one to a name without it)
+            raise SpecError(f"{path}: {what} file must end in .npz")
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+            raise InputError(f"{path}: its directory does not exist or cannot be written")
     arrays = _load_npz(in_path)
+    # "out": the output file of an earlier run, given as the inputs of this one
+    unknown = sorted(set(arrays) - set(input_shapes(region)) - {"out"})
+    if unknown:
+        raise InputError(f"{in_path}: {', '.join(unknown)} not among the inputs of "
+                         f"{region.label} ({', '.join(input_shapes(region))})")
     drawn = random_inputs(region, seed)
     missing = [n for n in input_shapes(region) if n not in arrays]
     for n in missing:
@@ -368,9 +380,13 @@ def run_npz(
     # (A, B, X, bias, residual, q, k, v) never do
     named: dict[str, Any] = {n: arrays[n] for n in input_shapes(region)}
     out = run(region, lane=lane, config=config, **named)
-    if missing and not in_path.exists():
-        np.savez(in_path, **named)
-    np.savez(out_path, out=out, **named)
+    try:
+        if missing and not in_path.exists():
+            np.savez(in_path, **named)
+        np.savez(out_path, out=out, **named)
+    except OSError as e:
+        raise InputError(f"{e.filename or out_path}: cannot be written ({e.strerror or e})") \
+            from None
     ln = get_lane(lane)
     return {"lane": lane, "shape": out.shape, "drawn": missing, "recorded": recorded,
             "config": str(parse_config(ln, region, config))}

@@ -182,6 +182,48 @@ def test_run_rejects_wrong_shapes_in_npz(tmp_path):
     assert_one_line_error(p, "input 'A' has shape (256, 255), need (256, 256)")
 
 
+@pytest.mark.parametrize("case, needle", [
+    ("missing_dir", "its directory does not exist"),
+    ("npy", "inputs file must end in .npz"),
+    ("npy_named_npz", "one array (.npy), not an .npz file"),
+    ("unknown_name", "a not among the inputs of mm_relu (A, B, bias)"),
+])
+def test_run_refuses_bad_files_before_running(tmp_path, case, needle):
+    ins, out = tmp_path / "in.npz", tmp_path / "o.npz"
+    a = np.random.default_rng(1).standard_normal((256, 256), dtype=np.float32)
+    if case == "missing_dir":
+        out = tmp_path / "nowhere" / "o.npz"
+    elif case == "npy":
+        ins = tmp_path / "in.npy"
+        np.save(ins, a)
+    elif case == "npy_named_npz":
+        np.save(tmp_path / "a.npy", a)
+        (tmp_path / "a.npy").rename(ins)
+    else:
+        np.savez(ins, A=a, a=a)
+    p = arbiter("run", str(EXAMPLES), "mm_relu", "--lane", "numpy", "--inputs", str(ins),
+                "--output", str(out))
+    assert_one_line_error(p, needle)
+    assert not out.exists()
+
+
+def test_run_takes_several_config_values_after_one_flag(tmp_path):
+    out = tmp_path / "o.npz"
+    p = arbiter("run", str(EXAMPLES), "row_gelu_residual", "--lane", "x86_c", "--config",
+                "threads=1", "row_block=4", "--inputs", str(tmp_path / "in.npz"),
+                "--output", str(out))
+    if "not available" in p.stderr:
+        pytest.skip(p.stderr.strip())
+    assert p.returncode == 0, p.stderr
+    assert "row_block=4" in p.stdout and "threads=1" in p.stdout
+    with np.load(out) as z:
+        from arbiter import load_spec, reference
+
+        got = {k: z[k] for k in z.files}
+    ref = reference(load_spec(EXAMPLES).get("row_gelu_residual"), got)
+    assert np.linalg.norm(got["out"] - ref) / np.linalg.norm(ref) < 1e-5
+
+
 def test_check_survives_a_crashing_lane(tmp_path):
     import os
 

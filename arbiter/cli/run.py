@@ -11,8 +11,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lane", help="lane to run (default: the recorded winner on this machine)")
     p.add_argument("--db", help="records to find the winner in (default: $ARBITER_DB or "
                    "sqlite:///arbiter.db)")
-    p.add_argument("--config", action="append", default=[], metavar="K=V",
-                   help="tunable value (repeatable); others take the lane's defaults")
+    p.add_argument("--config", action="extend", nargs="+", default=[], metavar="K=V",
+                   help="tunable values (one or more, repeatable); others take the lane's "
+                   "defaults")
     p.add_argument("--inputs", required=True, help=".npz with the input arrays; missing ones "
                    "are drawn from a seeded normal distribution and saved")
     p.add_argument("--output", required=True, help=".npz to write: 'out' plus the inputs used")
