@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="seconds one candidate may take to build, check and time "
                    f"(default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
+    p.add_argument("--seed", type=int, help="sampler seed: the same draws on fresh records (TPE's "
+                   "own proposals then follow the timings; README)")
     p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
