@@ -93,6 +93,27 @@ def test_bad_input_is_one_line_and_nonzero(env, args, text):
     assert len(lines) == 1 and lines[0].startswith("arbiter: error:") and text in lines[0]
 
 
+@pytest.mark.parametrize("db", ["directory", "garbage", "postgresql://u:secretpw@127.0.0.1:1/x"])
+def test_a_database_that_cannot_be_opened_is_one_line_without_its_password(env, tmp_path, db):
+    if db == "directory":
+        db = f"sqlite:///{tmp_path}"
+    elif db == "garbage":
+        (tmp_path / "g.db").write_text("not a database\n" * 100)
+        db = f"sqlite:///{tmp_path / 'g.db'}"
+    p = arbiter(env, "tune", EXAMPLES, "--lanes", "numpy", "--db", db, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("arbiter: error:") and "database" in lines[0]
+    assert "secretpw" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_best_on_a_database_that_does_not_exist_leaves_no_file_behind(env, tmp_path):
+    p = arbiter(env, "best", EXAMPLES, "mm_relu", "--db", f"sqlite:///{tmp_path / 'no.db'}",
+                check=False)
+    assert p.returncode == 2 and "no such file" in p.stderr
+    assert not (tmp_path / "no.db").exists()
+
+
 def test_optuna_tables_of_another_optuna_are_one_line_and_the_records_stay(env, tmp_path):
     # the database study's storage is opened once its first trials are due (here, at the
     # region's end); its failure still ends the sweep with one line, and what was measured

@@ -239,6 +239,9 @@ def revision_of(url: str) -> str | None:
 
 def require_current(url: str, *, create: bool = True) -> None:
     """Create a fresh database at the current schema; refuse an older or newer one."""
+    path = sqlite_path(url)
+    if not create and path is not None and not os.path.exists(path):  # (not made empty here)
+        raise StoreError(f"database {url}: no such file (run `arbiter tune` first)")
     rev = revision_of(url)
     if rev == SCHEMA_REVISION:
         return

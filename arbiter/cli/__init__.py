@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import re
 import sys
 
 from .._errors import ArbiterError
@@ -40,12 +41,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(text: str) -> str:
+    """An error as one line: a driver's message may span several (psycopg's hint, SQLAlchemy's
+    "Background on this error" link), and a database URL's password is not printed."""
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.strip().startswith("(Background on this error")]
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", r"\1***@", " ".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args._module.main(args) or 0)
     except ArbiterError as e:
-        print(f"arbiter: error: {e}", file=sys.stderr)
+        print(f"arbiter: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("arbiter: interrupted", file=sys.stderr)
