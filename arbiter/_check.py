@@ -6,6 +6,7 @@ The trial worker calls `check_candidate` in its own process so a crash costs one
 
 from __future__ import annotations
 
+import math
 import secrets
 import traceback
 from collections import OrderedDict
@@ -160,6 +161,19 @@ class Gate(Protocol):
         """The candidate is timed: the next one may start building."""
 
 
+def timing_problem(samples: object) -> str | None:
+    """What is wrong with a runner's timing samples, if anything: a latency is a finite
+    number of seconds above 0, and there is at least one (a lane's own `time` may break the
+    rule; nothing it returns is recorded as a latency then)."""
+    if not isinstance(samples, (list, tuple)) or not samples:
+        return f"the runner's timing returned {samples!r}: no samples"
+    bad = [x for x in samples if isinstance(x, bool) or not isinstance(x, (int, float))
+           or not (math.isfinite(x) and x > 0)]
+    if bad:
+        return f"the runner's timing returned {bad[0]!r} among its samples: not a latency"
+    return None
+
+
 def fresh_seeds(n: int) -> list[int]:
     return [secrets.randbits(31) for _ in range(n)]
 
@@ -229,6 +243,10 @@ def check_candidate(
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK:
                 return untimed(verdict, log + "\ntimed before this check: the timing is dropped")
+        problem = timing_problem(samples)
+        if problem is not None:
+            return Measurement(Status.LAUNCH_FAILED, verdict.rel_error, verdict.max_abs,
+                               compile_seconds=built.compile_seconds, log=problem)
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)
     except InputError:

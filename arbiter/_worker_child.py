@@ -441,7 +441,7 @@ def _check(req: dict[str, Any]) -> Outcome:
 
 def _interleave(req: dict[str, Any]) -> Interleaved:
     """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
-    from ._check import fresh_seeds, timing_sets
+    from ._check import fresh_seeds, timing_problem, timing_sets
     from ._lane import build_candidate
     from ._registry import get_lane
 
@@ -460,10 +460,14 @@ def _interleave(req: dict[str, Any]) -> Interleaved:
                 if isinstance(r, str) or isinstance(samples[i], str):
                     continue
                 try:
-                    samples[i] += r.time(sets, warmup=req["warmup"] if rnd == 0 else 1,  # type: ignore[operator]
-                                         repeats=req["repeats"])
+                    got = r.time(sets, warmup=req["warmup"] if rnd == 0 else 1,
+                                 repeats=req["repeats"])
                 except RuntimeError as e:
                     samples[i] = f"launch failed: {e}"
+                    continue
+                problem = timing_problem(got)
+                samples[i] = (f"launch failed: {problem}" if problem is not None
+                              else [*samples[i], *got])
     finally:
         for r in runners:
             if not isinstance(r, str):

@@ -6,6 +6,7 @@ which worker processes inherit; `pythonpath()` makes `tests.fake_lanes` importab
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -45,9 +46,7 @@ class _Runner:
 
     def time(self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int,
              repeats: int) -> list[float]:
-        base = self.lane.latency(self.config)
-        rng = np.random.default_rng()
-        return [base * (1 + 0.002 * float(rng.standard_normal())) for _ in range(repeats)]
+        return self.lane.samples(self, repeats)
 
     def close(self) -> None:
         pass
@@ -82,6 +81,11 @@ class FakeLane:
 
     def latency(self, config: Config) -> float:
         return 1e-3
+
+    def samples(self, runner: _Runner, repeats: int) -> list[float]:
+        base = self.latency(runner.config)
+        rng = np.random.default_rng()
+        return [base * (1 + 0.002 * float(rng.standard_normal())) for _ in range(repeats)]
 
     def fill(self, region: Region, a: Mapping[str, np.ndarray], out: np.ndarray,
              config: Config) -> None:
@@ -247,3 +251,30 @@ class SlowGarbage(Garbage):
 slow_build, slow_garbage = SlowBuild(), SlowGarbage()
 LANES.update({slow_build.name: slow_build, slow_garbage.name: slow_garbage})
 _ATTRS += ("slow_build", "slow_garbage")
+
+
+class BadClock(FakeLane):
+    """Right outputs, but its `time` breaks the rules for all configs but "ok": NaN, a
+    negative latency, no samples, or NaN from its second call on (an interleaved finalist's
+    second round)."""
+
+    name = "fake_bad_clock"
+
+    def space(self, region):
+        return Space((Tunable("clock", ("ok", "nan", "negative", "empty", "nan_later"), "ok"),))
+
+    def samples(self, runner, repeats):
+        clock = runner.config["clock"]
+        calls = runner.__dict__.setdefault("calls", 0)
+        runner.calls = calls + 1
+        if clock == "empty":
+            return []
+        value = {"nan": math.nan, "negative": -1e-3}.get(clock, 1e-3)
+        if clock == "nan_later":
+            value = 1e-7 if calls == 0 else math.nan  # the fastest, till its second round
+        return [value] * repeats
+
+
+bad_clock = BadClock()
+LANES[bad_clock.name] = bad_clock
+_ATTRS += ("bad_clock",)

@@ -56,6 +56,24 @@ def test_every_failure_is_recorded_and_the_sweep_goes_on(env):
     assert "no result after 3 s" in logs["fake_hang"]
 
 
+def test_a_lane_whose_clock_breaks_the_rules_never_wins(env):
+    # a plugin lane's own `time`: NaN, negative or no samples are a failed launch, recorded
+    # with what it returned; a finalist whose re-timing turns NaN is out of the final
+    [row] = arbiter.tune(REGION, db=env, trials=20, lanes=["fake_bad_clock", "numpy"])
+    got = dict(_rows(env, "select json_extract(c.config, '$.clock'), m.status || ' ' || m.log "
+                          "from measurements m join candidates c on m.candidate_id = c.id "
+                          "where m.kind = 'sweep' and c.config like '%clock%'"))
+    for clock, text in (("nan", "nan"), ("negative", "-0.001"), ("empty", "no samples")):
+        assert got[clock].startswith("launch_failed") and text in got[clock], got[clock]
+    assert got["ok"].startswith("ok") and got["nan_later"].startswith("ok")
+    [final] = _rows(env, "select m.status from measurements m join candidates c on "
+                         "m.candidate_id = c.id where m.kind = 'final' and c.config like "
+                         "'%nan_later%'")
+    assert final == ("launch_failed",)
+    assert row["config"] != {"clock": "nan_later"} and 0 < row["latency_ms"] < 1e3
+    assert arbiter.best(REGION, db=env)["config"] == row["config"]
+
+
 def test_small_space_is_enumerated_once_and_never_remeasured(env):
     [row] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
     assert row["config"] == {"block": 4, "unroll": 2, "fast": False}
