@@ -246,18 +246,27 @@ class Records:
             e = EnvironmentModel.find(s, fingerprint)
             return None if e is None else e.id
 
-    def foreign(self, region_id: int, environment_id: int | None) -> list[tuple[str, list[Result]]]:
-        """Other machines' sweep results for this region, newest environment first."""
+    def foreign(self, region_id: int, environment_id: int | None,
+                ) -> list[tuple[int, str, list[Result]]]:
+        """Other environments' sweep results for this region, with each one's id and
+        fingerprint, newest environment first."""
         with session_scope(self.url) as s:
-            envs: dict[int, tuple[str, list[Result]]] = {}
+            envs: dict[int, tuple[int, str, list[Result]]] = {}
             for c in CandidateModel.of_region(s, region_id):
                 if c.environment_id == environment_id:
                     continue
                 m = c.sweep()
                 if m is not None:
-                    envs.setdefault(c.environment_id, (c.environment.fingerprint, []))[1].append(
-                        _result(c, m))
+                    envs.setdefault(c.environment_id, (
+                        c.environment_id, c.environment.fingerprint, []))[2].append(_result(c, m))
             return [envs[k] for k in sorted(envs, reverse=True)]
+
+    def winners(self, region_id: int, environment_id: int) -> list[tuple[float, dict]]:
+        """Every declared winner of this region here, with the budget it was declared for."""
+        with session_scope(self.url) as s:
+            return [(w.budget, _winner_row(w)) for w in s.scalars(select(WinnerModel).where(
+                WinnerModel.region_id == region_id,
+                WinnerModel.environment_id == environment_id).order_by(WinnerModel.id))]
 
 
 def finite(x: float | None) -> float | None:

@@ -238,6 +238,9 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
         if w is not None:
             return _from_winner(region, b, w, source="winner", fingerprint=fp.hash)
         results = records.results(region_id, env_id)
+        w = _winner_that_stands(records.winners(region_id, env_id), results, b)
+        if w is not None:
+            return _from_winner(region, b, w, source="winner", fingerprint=fp.hash)
         if results:
             choice = choose(results, b)
             if choice is None:
@@ -249,23 +252,52 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
     return _reverified(region, b, records, region_id, env_id, fp, timeout)
 
 
+def _winner_that_stands(winners: list[tuple[float, dict[str, Any]]], results: list[Result],
+                        budget: float) -> dict[str, Any] | None:
+    """A winner declared for another budget that is the answer for `budget` too: it fits
+    `budget`, and every candidate that does fitted its own budget, so it was chosen over all
+    of them (the finalists' interleaved re-timing included; the sweep's medians alone may
+    rank them otherwise). The tightest such budget's; its runner-up only if it fits too."""
+    fits = {r.candidate_id for r in results if r.fits(budget)}
+    for declared, w in sorted(winners, key=lambda bw: bw[0]):
+        if w["candidate_id"] not in fits or not fits <= {
+                r.candidate_id for r in results if r.fits(declared)}:
+            continue
+        ru = w["runner_up"]
+        if ru is not None and not any(r.candidate_id in fits and r.lane == ru["lane"]
+                                      and r.config.as_dict() == ru["config"] for r in results):
+            w = {**w, "runner_up": None, "tie": False, "margin_ms": None}
+        return w
+    return None
+
+
 def _reverified(region: Region, budget: float, records: Records, region_id: int,
                 env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
     # read-only until something must be checked (`best` on a database it may not write)
     here = {} if env_id is None else {
         (r.lane, r.config.key): r for r in records.results(region_id, env_id, VERIFY)}
     with Worker(timeout) as worker:  # started only if something needs checking
-        for other, results in records.foreign(region_id, env_id):
-            # cast: fits() implies a timed result, so median is set
+        for other_id, other, results in records.foreign(region_id, env_id):
+            # the winner declared there first, then the fastest there
+            # (cast: fits() implies a timed result, so median is set)
             fit = sorted((r for r in results if r.fits(budget)),
                          key=lambda r: cast(float, r.median))
-            for r in fit[:VERIFY_TRIES]:
+            declared = _winner_that_stands(records.winners(region_id, other_id), results, budget)
+            if declared is not None:
+                fit.sort(key=lambda r: r.candidate_id != declared["candidate_id"])
+            tries = 0
+            for r in fit:
+                if tries == VERIFY_TRIES:
+                    break
                 try:
                     lane = get_lane(r.lane)
                 except LaneError:
                     continue
                 if not lane.available() or lane.applies_to(region) is not None:
                     continue
+                if lane.space(region).violation(r.config) is not None:
+                    continue  # not a config here (more threads than this process's CPUs)
+                tries += 1
                 seen = here.get((r.lane, r.config.key))
                 if seen is None:
                     rid, eid, lane_ids = records.ids(region, fp, [lane])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import arbiter
-from arbiter import ArbiterError, FusedRegion
+from arbiter import ArbiterError, Config, FusedRegion
 from arbiter._fingerprint import Fingerprint
 from tests import fake_lanes
 from tests.procs import every, rss_mb, soon
@@ -113,6 +113,26 @@ def test_budget_at_query_time_answers_from_records(env):
     assert _rows(env, "select count(*) from measurements") == before
 
 
+def test_a_tighter_budget_keeps_the_declared_winner_over_the_sweeps_medians(env):
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    declared = arbiter.best(REGION, db=env)
+    # another candidate's sweep median ranked first (the finalists' interleaved re-timing
+    # can rank them otherwise): every candidate within 1e-4 was within the sweep's budget, so
+    # the winner chosen over them all stands
+    con = sqlite3.connect(env.removeprefix("sqlite:///"))
+    con.execute("update measurements set median = 1e-9 where kind = 'sweep' and candidate_id = "
+                "(select c.id from candidates c join measurements m on m.candidate_id = c.id "
+                "where m.status = 'ok' and c.config like '%\"block\":1%' limit 1)")
+    con.commit()
+    con.close()
+    tight = arbiter.best(REGION, budget=1e-4, db=env)
+    assert tight["source"] == "winner" and tight["config"] == declared["config"]
+    assert tight["latency_ms"] == declared["latency_ms"] and tight["budget"] == 1e-4
+    # a looser one lets in what the sweep's budget kept out: answered from the records
+    loose = arbiter.best(REGION, budget=5e-3, db=env)
+    assert loose["source"] == "records" and loose["config"]["block"] == 1
+
+
 def test_regions_given_as_an_iterator_are_all_tuned(env):
     [row] = arbiter.tune(iter([REGION]), db=env, trials=3, lanes=["fake_tiny"], seed=1)
     assert row["region"] == "small" and row["lane"] == "fake_tiny"
@@ -157,6 +177,37 @@ def test_winner_from_another_machine_is_reverified(env, monkeypatch):
     assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
     arbiter.best(REGION, db=env)  # verified once, then trusted on this machine
     assert _rows(env, "select count(*) from measurements where kind = 'verify'") == [(1,)]
+
+
+def test_reverification_tries_configs_of_this_machines_space_and_the_winner_first(
+        env, monkeypatch):
+    import arbiter._tune as tune_mod
+    from arbiter._values import Space, Tunable
+    from tests import fake_lanes
+
+    real = tune_mod.fingerprint
+    monkeypatch.setattr(tune_mod, "fingerprint", lambda: Fingerprint({"cpu": "elsewhere"}))
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
+    monkeypatch.setattr(tune_mod, "fingerprint", real)
+    # here the space has no block=4 (as x86_c has no threads=2 on one CPU): the three fastest
+    # configs recorded there are not configs here, and are passed over, not counted as tries
+    narrow = Space((Tunable("block", (1, 8), 1), Tunable("unroll", (1, 2, 4), 1),
+                    Tunable("fast", (False, True), False)))
+    wide = fake_lanes.Tiny.space
+    monkeypatch.setattr(fake_lanes.Tiny, "space", lambda self, region: narrow)
+    got = arbiter.best(REGION, db=env)
+    assert got["source"] == "reverified" and narrow.violation(Config.of(got["config"])) is None
+    # the winner declared there is tried first, whatever the sweep's medians said
+    monkeypatch.setattr(fake_lanes.Tiny, "space", wide)
+    con = sqlite3.connect(env.removeprefix("sqlite:///"))
+    con.execute("delete from measurements where kind = 'verify'")
+    con.execute("update measurements set median = 1e-9 where kind = 'sweep' and candidate_id = "
+                "(select c.id from candidates c join measurements m on m.candidate_id = c.id "
+                "where m.status = 'ok' and c.config like '%\"block\":1%' limit 1)")
+    con.commit()
+    con.close()
+    got = arbiter.best(REGION, db=env)
+    assert got["source"] == "reverified" and got["config"]["block"] == 4
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
