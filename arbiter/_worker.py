@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import pickle
 import select
@@ -149,7 +150,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "arbiter._worker_child", *(["--hint-first"] * hint_first)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                close_fds=True, env=_child_env())
+                # a group of its own: what a kernel starts goes with it (`_kill`)
+                close_fds=True, env=_child_env(), start_new_session=True)
             self.starts += 1
             self._table_sent = False
         return self.proc
@@ -177,7 +179,7 @@ class Worker:
                 from ._build import kill_tools_of
 
                 kill_tools_of(self.proc.pid)
-            self.proc.kill()
+            _kill_group(self.proc.pid)
             self.proc.wait()
         self.proc = None
         self.busy = False
@@ -250,8 +252,10 @@ class Worker:
 
     def close(self) -> None:
         self.ahead = self.off = None  # (a check sent ahead ends at its go: stdin closes)
-        if not self.requests:
-            self._kill()  # started ahead and never needed: nothing to finish
+        if not self.requests or self.busy:
+            # started ahead and never needed, or a request left unanswered (an interrupt):
+            # nothing to finish
+            self._kill()
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -344,7 +348,7 @@ class Worker:
                             + self._log_since(offset))
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                code = proc.wait()
+                code = _reaped(proc)  # (what its kernel started goes too)
                 self.proc = None
                 self.busy = False
                 self.ahead = self.off = None
@@ -440,6 +444,13 @@ def _close_spare() -> None:
         w.close()
 
 
+def _kill_group(pid: int) -> None:
+    """Kill the worker's process group: the worker, if it still runs, and what its kernels
+    started (the compilers lead groups of their own: `kill_tools_of`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def _ended(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """Wait for a child told to end, by its reply pipe's end of file: `Popen.wait` with a
     timeout polls, with sleeps that grow to 50 ms (its exit came 10-50 ms before it saw)."""
@@ -449,7 +460,25 @@ def _ended(proc: subprocess.Popen[bytes], timeout: float) -> None:
         while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
             if not os.read(fd, 1 << 20):  # (a reply nobody reads any more, else its end)
                 break
-    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    _reaped(proc, deadline)
+
+
+def _reaped(proc: subprocess.Popen[bytes], deadline: float = math.inf) -> int:
+    """Wait for the worker's exit, kill what its kernels left in its group, then reap it: its
+    pid, hence its group's id, stays its own until then. Raises `TimeoutExpired` after
+    `deadline` (monotonic)."""
+    while proc.returncode is None:
+        try:
+            done = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done is not None:
+            _kill_group(proc.pid)
+            break
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, 0.0)
+        time.sleep(0.0005)
+    return proc.wait()
 
 
 @contextlib.contextmanager

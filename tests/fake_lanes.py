@@ -278,3 +278,33 @@ class BadClock(FakeLane):
 bad_clock = BadClock()
 LANES[bad_clock.name] = bad_clock
 _ATTRS += ("bad_clock",)
+
+
+class SpawnThenHang(FakeLane):
+    """A kernel that starts a process of its own (its pid appended to $FAKE_SPAWN_LOG), then
+    hangs; `SpawnThenCrash` dies instead."""
+
+    name = "fake_spawn_hang"
+
+    def fill(self, region, a, out, config):
+        import subprocess
+
+        p = subprocess.Popen(["sleep", "600"])
+        with open(os.environ["FAKE_SPAWN_LOG"], "a") as f:
+            f.write(f"{p.pid}\n")
+        self.after_spawn()
+
+    def after_spawn(self):
+        time.sleep(3600)
+
+
+class SpawnThenCrash(SpawnThenHang):
+    name = "fake_spawn_crash"
+
+    def after_spawn(self):
+        os._exit(3)
+
+
+spawn_hang, spawn_crash = SpawnThenHang(), SpawnThenCrash()
+LANES.update({spawn_hang.name: spawn_hang, spawn_crash.name: spawn_crash})
+_ATTRS += ("spawn_hang", "spawn_crash")

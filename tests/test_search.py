@@ -74,6 +74,24 @@ def test_a_lane_whose_clock_breaks_the_rules_never_wins(env):
     assert arbiter.best(REGION, db=env)["config"] == row["config"]
 
 
+@pytest.mark.parametrize("lane, status", [("fake_spawn_hang", "timeout"),
+                                          ("fake_spawn_crash", "crashed")])
+def test_what_a_failed_kernel_started_goes_with_its_worker(env, tmp_path, monkeypatch, lane,
+                                                           status):
+    from tests.procs import proc
+
+    log = tmp_path / "spawned"
+    monkeypatch.setenv("FAKE_SPAWN_LOG", str(log))
+    [row] = arbiter.tune(REGION, db=env, trials=3, lanes=[lane, "numpy"], timeout=2)
+    assert row["lane"] == "numpy"
+    assert (lane, status) in _rows(env, "select l.name, m.status from measurements m join "
+                                        "candidates c on m.candidate_id = c.id join lanes l "
+                                        "on c.lane_id = l.id")
+    spawned = [int(x) for x in log.read_text().split()]
+    assert spawned and soon(lambda: all(
+        (p := proc(pid)) is None or p.state == "Z" or p.name != "sleep" for pid in spawned))
+
+
 def test_small_space_is_enumerated_once_and_never_remeasured(env):
     [row] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1)
     assert row["config"] == {"block": 4, "unroll": 2, "fast": False}
