@@ -11,7 +11,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -44,8 +44,10 @@ def lane_table() -> list[dict[str, Any]]:
 
 
 def _named(names: Sequence[str] | None) -> list[Lane]:
-    """The lanes named (blank names skipped), or every installed one; not asked whether
-    they are available."""
+    """The lanes named (blank names skipped; one string is read as the CLI's "a,b"), or
+    every installed one; not asked whether they are available."""
+    if isinstance(names, str):
+        names = names.split(",")
     return all_lanes(None if names is None else [n.strip() for n in names if n.strip()])
 
 
@@ -289,6 +291,10 @@ def _first_cases(region: Region) -> tuple[Region, list[int]] | None:
 def best(region: Region, *, budget: float | None = None, db: str | None = None) -> dict[str, Any]:
     """The recorded winner for `region` on this machine (answered from the records)."""
     from ._tune import best as _best
+
+    if not isinstance(region, get_args(Region)):
+        raise ArbiterError(f"best() takes a region (e.g. load_spec(path).get(name)), got "
+                           f"{region!r}")
 
     return _best(region, budget=budget, db=db)
 

@@ -151,6 +151,14 @@ def test_a_tighter_budget_keeps_the_declared_winner_over_the_sweeps_medians(env)
     assert loose["source"] == "records" and loose["config"]["block"] == 1
 
 
+def test_the_api_reads_lanes_given_as_one_string_and_refuses_a_name_for_a_region(env):
+    [row] = arbiter.tune(REGION, db=env, trials=2, lanes="fake_tiny, numpy", seed=1)
+    assert row["lane"] in ("fake_tiny", "numpy")
+    assert {r for (r,) in _rows(env, "select name from lanes")} == {"fake_tiny", "numpy"}
+    with pytest.raises(ArbiterError, match="best\\(\\) takes a region"):
+        arbiter.best("small", db=env)
+
+
 def test_regions_given_as_an_iterator_are_all_tuned(env):
     [row] = arbiter.tune(iter([REGION]), db=env, trials=3, lanes=["fake_tiny"], seed=1)
     assert row["region"] == "small" and row["lane"] == "fake_tiny"
