@@ -28,6 +28,7 @@ from ._samplers import DEFAULT_SAMPLER, check_sampler
 from ._search import RegionTuning, tune_region
 from ._settings import settings
 from ._spec import Spec
+from ._store.sweep_lock import one_sweep
 from ._values import Status
 from ._worker import Worker, checked_timeout
 
@@ -89,9 +90,10 @@ def tune(
     todo = spec_regions(spec, regions)
     url = db or settings().db
     worker.timeout = timeout
-    return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler, seed=seed,
-                  warmup=warmup, repeats=repeats, progress=progress, refinal=refinal,
-                  on_trial=on_trial)
+    with one_sweep(url):
+        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
+                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
+                      refinal=refinal, on_trial=on_trial)
 
 
 def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker: Worker, *,
