@@ -2,9 +2,10 @@
 
 SQLite takes one writer, and two sweeps of one region started side by side would each measure
 the candidates the other is measuring (each plans from the records as they were when it
-started). The second is refused in one line instead. The lock is `flock` on a file beside the
-database (never the database itself: closing any descriptor of that file would drop SQLite's
-own POSIX locks), removed when the sweep ends; other databases (PostgreSQL) are not locked here.
+started). A second sweep waits for the first to end instead (saying so on stderr), then plans
+from its records. The lock is `flock` on a file beside the database (never the database
+itself: closing any descriptor of that file would drop SQLite's own POSIX locks), removed when
+the sweep ends; other databases (PostgreSQL) are not locked here.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
 
-from .._errors import StoreError
 from .session import sqlite_path
 
 __all__ = ["one_sweep"]
@@ -46,11 +47,14 @@ def _acquire(lock: str, url: str) -> int | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip()
-            os.close(fd)
             who = f" (pid {holder})" if holder.isdigit() else ""
-            raise StoreError(f"database {url}: another sweep{who} is writing to it; SQLite "
-                             "takes one writer at a time: wait for it to end, or give another "
-                             "--db") from None
+            print(f"arbiter: another sweep{who} is writing to {url}: waiting for it to end "
+                  "(SQLite takes one writer at a time)", file=sys.stderr, flush=True)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except OSError:
