@@ -261,6 +261,15 @@ class Records:
                         c.environment_id, c.environment.fingerprint, []))[2].append(_result(c, m))
             return [envs[k] for k in sorted(envs, reverse=True)]
 
+    def measured_since(self, region_id: int, environment_id: int, when: Any) -> set[int]:
+        """The candidates with a sweep measurement newer than `when`."""
+        with session_scope(self.url) as s:
+            return set(s.scalars(select(MeasurementModel.candidate_id).join(
+                CandidateModel, CandidateModel.id == MeasurementModel.candidate_id).where(
+                CandidateModel.region_id == region_id,
+                CandidateModel.environment_id == environment_id,
+                MeasurementModel.kind == SWEEP, MeasurementModel.created_at > when)))
+
     def winners(self, region_id: int, environment_id: int) -> list[tuple[float, dict]]:
         """Every declared winner of this region here, with the budget it was declared for."""
         with session_scope(self.url) as s:
@@ -284,6 +293,7 @@ def _winner_row(w: WinnerModel) -> dict:
         "runner_up": None if w.runner_up is None else {
             "lane": w.runner_up.lane.name, "config": w.runner_up.config_dict()},
         "margin_ms": None if w.margin is None else w.margin * 1e3,
+        "declared_at": w.created_at,
     }
 
 

@@ -12,6 +12,7 @@ import gc
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -240,7 +241,8 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
         if w is not None:
             return _from_winner(region, b, w, source="winner", fingerprint=fp.hash)
         results = records.results(region_id, env_id)
-        w = _winner_that_stands(records.winners(region_id, env_id), results, b)
+        w = _winner_that_stands(records.winners(region_id, env_id), results, b,
+                                partial(records.measured_since, region_id, env_id))
         if w is not None:
             return _from_winner(region, b, w, source="winner", fingerprint=fp.hash)
         if results:
@@ -255,16 +257,20 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
 
 
 def _winner_that_stands(winners: list[tuple[float, dict[str, Any]]], results: list[Result],
-                        budget: float) -> dict[str, Any] | None:
+                        budget: float, since: Callable[[Any], set[int]],
+                        ) -> dict[str, Any] | None:
     """A winner declared for another budget that is the answer for `budget` too: it fits
-    `budget`, and every candidate that does fitted its own budget, so it was chosen over all
-    of them (the finalists' interleaved re-timing included; the sweep's medians alone may
-    rank them otherwise). The tightest such budget's; its runner-up only if it fits too."""
+    `budget`, and every candidate that does fitted its own budget and was measured before it
+    was declared, so it was chosen over all of them (the finalists' interleaved re-timing
+    included; the sweep's medians alone may rank them otherwise). The tightest such budget's;
+    its runner-up only if it fits too. `since(when)`: the candidates measured after `when`."""
     fits = {r.candidate_id for r in results if r.fits(budget)}
     for declared, w in sorted(winners, key=lambda bw: bw[0]):
         if w["candidate_id"] not in fits or not fits <= {
                 r.candidate_id for r in results if r.fits(declared)}:
             continue
+        if fits & since(w["declared_at"]):
+            continue  # a later sweep (at another budget) measured one it never met
         ru = w["runner_up"]
         if ru is not None and not any(r.candidate_id in fits and r.lane == ru["lane"]
                                       and r.config.as_dict() == ru["config"] for r in results):
@@ -284,7 +290,9 @@ def _reverified(region: Region, budget: float, records: Records, region_id: int,
             # (cast: fits() implies a timed result, so median is set)
             fit = sorted((r for r in results if r.fits(budget)),
                          key=lambda r: cast(float, r.median))
-            declared = _winner_that_stands(records.winners(region_id, other_id), results, budget)
+            declared = _winner_that_stands(records.winners(region_id, other_id), results,
+                                           budget, partial(records.measured_since, region_id,
+                                                           other_id))
             if declared is not None:
                 fit.sort(key=lambda r: r.candidate_id != declared["candidate_id"])
             tries = 0

@@ -159,6 +159,34 @@ def test_the_api_reads_lanes_given_as_one_string_and_refuses_a_name_for_a_region
         arbiter.best("small", db=env)
 
 
+def test_a_winner_stands_for_another_budget_only_over_what_it_was_chosen_from():
+    from arbiter._records import Result
+    from arbiter._tune import _winner_that_stands
+    from arbiter._values import Status
+
+    def result(i: int, error: float, median: float) -> Result:
+        return Result(i, "fake_tiny", Config.of({"block": i}), Status.OK, error, error,
+                      median, 0.0, 1e-3)
+
+    results = [result(1, 1e-7, 2e-3), result(2, 1e-7, 1e-3), result(3, 5e-4, 5e-4)]
+    declared = {"candidate_id": 2, "declared_at": 10, "runner_up": None, "tie": False}
+
+    def since(when):  # candidate 3 was measured by a later sweep
+        return {3} if when < 20 else set()
+
+    # tighter: the winner was chosen over both candidates still in
+    assert _winner_that_stands([(1e-3, declared)], results, 1e-4, since) is declared
+    # 3 is in too, but was measured after the declaration: it never met the winner
+    assert _winner_that_stands([(1e-3, declared)], results, 6e-4, since) is None
+    assert _winner_that_stands([(1e-3, {**declared, "declared_at": 30})], results, 6e-4,
+                               since) is not None
+    # looser: 3 fits, but not the winner's own budget (1e-4)
+    assert _winner_that_stands([(1e-4, declared)], results, 1e-3, lambda when: set()) is None
+    # a winner that does not fit the budget asked never stands
+    assert _winner_that_stands([(1e-3, {**declared, "candidate_id": 3})], results, 1e-4,
+                               lambda when: set()) is None
+
+
 def test_regions_given_as_an_iterator_are_all_tuned(env):
     [row] = arbiter.tune(iter([REGION]), db=env, trials=3, lanes=["fake_tiny"], seed=1)
     assert row["region"] == "small" and row["lane"] == "fake_tiny"

@@ -302,7 +302,7 @@ class WinnerModel(Base):
             run.many("add winner", insert(cls), table, [{**values, "created_at": _now()}])
         else:
             run.many("set winner", _SET_WINNER, table, [{
-                "winner_id": got[0][0],
+                "winner_id": got[0][0], "created_at": _now(),  # (when it was declared)
                 **{k: v for k, v in values.items() if k not in _WINNER_KEYS}}])
 
     @classmethod
