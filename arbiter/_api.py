@@ -21,7 +21,9 @@ from ._lane import Lane, build_candidate
 from ._oracle import budget_of
 from ._region import Region
 from ._registry import all_lanes, get_lane, lane_names
+from ._settings import settings
 from ._spec import Spec, load_spec
+from ._sweep_lock import one_sweep
 from ._values import ENUMERABLE, Config, Measurement, Platform
 
 __all__ = [
@@ -184,12 +186,14 @@ def _tune_leased(spec: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
         fingerprint_soon()
         todo = spec_regions(spec, kw.pop("regions", None))
         records = _import_soon(RECORDS_IMPORTS)
-        if given is None:
-            _compile_defaults_early(worker, todo, kw)
-        records.join()
-        from ._tune import tune as _tune
+        # another sweep writing to the same SQLite file: this one waits before it compiles
+        with one_sweep(kw.get("db") or settings().db):
+            if given is None:
+                _compile_defaults_early(worker, todo, kw)
+            records.join()
+            from ._tune import tune as _tune
 
-        return _tune(todo, worker=worker, **kw)
+            return _tune(todo, worker=worker, **kw)
 
 
 # the records' libraries, most of `_tune`'s import (~0.2 s, 0.3 s on the H200 host); none of
@@ -370,7 +374,8 @@ def run_npz(
     for path, what in ((in_path, "inputs"), (out_path, "output")):
         if path.suffix != ".npz":  # (np.savez would add one to a name without it)
             raise SpecError(f"{path}: {what} file must end in .npz")
-        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        written = path is out_path or not path.exists()  # (drawn inputs are saved)
+        if written and (not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
             raise InputError(f"{path}: its directory does not exist or cannot be written")
     arrays = _load_npz(in_path)
     # "out": the output file of an earlier run, given as the inputs of this one

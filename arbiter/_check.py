@@ -161,17 +161,21 @@ class Gate(Protocol):
         """The candidate is timed: the next one may start building."""
 
 
-def timing_problem(samples: object) -> str | None:
-    """What is wrong with a runner's timing samples, if anything: a latency is a finite
+def timing_samples(samples: object) -> list[float] | str:
+    """A runner's timing samples as floats, or what is wrong with them: a latency is a finite
     number of seconds above 0, and there is at least one (a lane's own `time` may break the
-    rule; nothing it returns is recorded as a latency then)."""
-    if not isinstance(samples, (list, tuple)) or not samples:
+    rule; nothing it returns is recorded as a latency then). Any sequence of real numbers
+    will do (a numpy array too)."""
+    try:
+        values = np.asarray(samples, dtype=np.float64).ravel().tolist()
+    except (TypeError, ValueError):
+        return f"the runner's timing returned {samples!r}: not numbers"
+    if isinstance(samples, (str, bytes)) or not values:
         return f"the runner's timing returned {samples!r}: no samples"
-    bad = [x for x in samples if isinstance(x, bool) or not isinstance(x, (int, float))
-           or not (math.isfinite(x) and x > 0)]
+    bad = [x for x in values if not (math.isfinite(x) and x > 0)]
     if bad:
         return f"the runner's timing returned {bad[0]!r} among its samples: not a latency"
-    return None
+    return values
 
 
 def fresh_seeds(n: int) -> list[int]:
@@ -243,10 +247,11 @@ def check_candidate(
             verdict, log = _judge(seeds, chosen, budget)
             if verdict.status is not Status.OK:
                 return untimed(verdict, log + "\ntimed before this check: the timing is dropped")
-        problem = timing_problem(samples)
-        if problem is not None:
+        timed = timing_samples(samples)
+        if isinstance(timed, str):
             return Measurement(Status.LAUNCH_FAILED, verdict.rel_error, verdict.max_abs,
-                               compile_seconds=built.compile_seconds, log=problem)
+                               compile_seconds=built.compile_seconds, log=timed)
+        samples = timed
         return Measurement(Status.OK, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, built.compile_seconds, log)
     except InputError:

@@ -7,8 +7,11 @@ unknown lane) and for a lane refusing a request it cannot honour.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "ArbiterError",
+    "one_line",
     "BuildError",
     "EmitError",
     "InputError",
@@ -53,3 +56,11 @@ class BuildError(ArbiterError):
 
 class StoreError(ArbiterError):
     """The record store failed or is at a schema the code does not understand."""
+
+
+def one_line(text: str) -> str:
+    """An error as one line: a driver's message may span several (psycopg's hint, SQLAlchemy's
+    "Background on this error" link), and a database URL's password is not shown."""
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.strip().startswith("(Background on this error")]
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", r"\1***@", " ".join(lines))

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS, spec_regions, usable_lanes
 from ._collector import release
-from ._errors import ArbiterError, LaneError
+from ._errors import ArbiterError, LaneError, one_line
 from ._fingerprint import fingerprint
 from ._oracle import budget_of, checked_budget
 from ._plan import Plan, plan
@@ -29,7 +29,6 @@ from ._samplers import DEFAULT_SAMPLER, check_sampler
 from ._search import RegionTuning, tune_region
 from ._settings import settings
 from ._spec import Spec
-from ._store.sweep_lock import one_sweep
 from ._values import Status
 from ._worker import Worker, checked_timeout
 
@@ -91,10 +90,9 @@ def tune(
     todo = spec_regions(spec, regions)
     url = db or settings().db
     worker.timeout = timeout
-    with one_sweep(url):
-        return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler,
-                      seed=seed, warmup=warmup, repeats=repeats, progress=progress,
-                      refinal=refinal, on_trial=on_trial)
+    return _sweep(todo, chosen, url, trials, worker, budget=budget, sampler=sampler, seed=seed,
+                  warmup=warmup, repeats=repeats, progress=progress, refinal=refinal,
+                  on_trial=on_trial)
 
 
 def _sweep(todo: list[Region], chosen: list[Any], url: str, trials: int, worker: Worker, *,
@@ -333,5 +331,5 @@ def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,
         try:
             rows.append(best(r, budget=budget, db=db))
         except ArbiterError as e:
-            rows.append(_empty(r, budget_of(r, budget), "no answer", detail=str(e)))
+            rows.append(_empty(r, budget_of(r, budget), "no answer", detail=one_line(str(e))))
     return rows

@@ -146,9 +146,13 @@ class Worker:
         self._start(hint_first=True)
 
     def _start(self, hint_first: bool = False) -> subprocess.Popen[bytes]:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not _running(self.proc):
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "arbiter._worker_child", *(["--hint-first"] * hint_first)],
+                [sys.executable, "-m", "arbiter._worker_child", *(["--hint-first"] * hint_first),
+                 # (the parent-death signal follows the thread that started it: only the main
+                 # thread's end is the process's)
+                 *([f"--parent={os.getpid()}"]
+                   * (threading.current_thread() is threading.main_thread()))],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                 # a group of its own: what a kernel starts goes with it (`_kill`)
                 close_fds=True, env=_child_env(), start_new_session=True)
@@ -170,7 +174,7 @@ class Worker:
 
     def _kill(self) -> None:
         self.ahead = self.off = None  # they go with the child
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and _running(self.proc):
             if self.requests or self.hinted:
                 # the compilers it started lead groups of their own: stopped, it starts no
                 # other while they are found and killed
@@ -185,7 +189,7 @@ class Worker:
         self.busy = False
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and _running(self.proc)
 
     def build_early(self, candidates: Sequence[tuple[Any, str, Config]],
                     cases: tuple[Any, list[int]] | None = None) -> None:
@@ -256,7 +260,7 @@ class Worker:
             # started ahead and never needed, or a request left unanswered (an interrupt):
             # nothing to finish
             self._kill()
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and _running(self.proc):
             assert self.proc.stdin is not None
             self.proc.stdin.close()
             try:
@@ -463,10 +467,31 @@ def _ended(proc: subprocess.Popen[bytes], timeout: float) -> None:
     _reaped(proc, deadline)
 
 
+def _running(proc: subprocess.Popen[bytes]) -> bool:
+    """`proc.poll() is None`, but a worker found ended is reaped by `_reaped` (what its
+    kernels left goes first)."""
+    if proc.returncode is not None:
+        return False
+    if not hasattr(os, "waitid"):
+        return proc.poll() is None
+    try:
+        ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+    except ChildProcessError:
+        return proc.poll() is None
+    if ended is None:
+        return True
+    _reaped(proc)
+    return False
+
+
 def _reaped(proc: subprocess.Popen[bytes], deadline: float = math.inf) -> int:
     """Wait for the worker's exit, kill what its kernels left in its group, then reap it: its
     pid, hence its group's id, stays its own until then. Raises `TimeoutExpired` after
-    `deadline` (monotonic)."""
+    `deadline` (monotonic). (Where there is no `os.waitid`, macOS before Python 3.13, it is
+    only reaped.)"""
+    if not hasattr(os, "waitid"):
+        remaining = deadline - time.monotonic()
+        return proc.wait(None if math.isinf(remaining) else max(0.0, remaining))
     while proc.returncode is None:
         try:
             done = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)

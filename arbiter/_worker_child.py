@@ -441,7 +441,7 @@ def _check(req: dict[str, Any]) -> Outcome:
 
 def _interleave(req: dict[str, Any]) -> Interleaved:
     """Time finalists round-robin (A B C A B C ...) on shared inputs; a string is a failure."""
-    from ._check import fresh_seeds, timing_problem, timing_sets
+    from ._check import fresh_seeds, timing_samples, timing_sets
     from ._lane import build_candidate
     from ._registry import get_lane
 
@@ -465,9 +465,9 @@ def _interleave(req: dict[str, Any]) -> Interleaved:
                 except RuntimeError as e:
                     samples[i] = f"launch failed: {e}"
                     continue
-                problem = timing_problem(got)
-                samples[i] = (f"launch failed: {problem}" if problem is not None
-                              else [*samples[i], *got])
+                timed = timing_samples(got)
+                samples[i] = (f"launch failed: {timed}" if isinstance(timed, str)
+                              else [*samples[i], *timed])
     finally:
         for r in runners:
             if not isinstance(r, str):
@@ -609,10 +609,29 @@ def _serve_requests(reply_fd: int) -> None:
             _take_ahead()
 
 
+def _die_with(parent: int) -> None:
+    """SIGKILL this worker when its parent ends, however it ends (a SIGKILL, a SIGTERM to it
+    alone): it leads a group of its own, and a kernel hung in it would run on (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before that
+        os._exit(1)
+
+
 if __name__ == "__main__":
     # run the importable module's copy, so pickled replies name arbiter._worker_child, not
     # __main__
+    from arbiter._worker_child import _die_with
     from arbiter._worker_child import _serve as serve
+
+    for arg in sys.argv[1:]:
+        if arg.startswith("--parent="):
+            _die_with(int(arg.removeprefix("--parent=")))
 
     serve(hint_first="--hint-first" in sys.argv[1:])
     # the parent waits for this exit: frozen, the objects are not walked on the way out (60

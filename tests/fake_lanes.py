@@ -261,7 +261,8 @@ class BadClock(FakeLane):
     name = "fake_bad_clock"
 
     def space(self, region):
-        return Space((Tunable("clock", ("ok", "nan", "negative", "empty", "nan_later"), "ok"),))
+        return Space((Tunable("clock", ("ok", "nan", "negative", "empty", "nan_later", "array"),
+                              "ok"),))
 
     def samples(self, runner, repeats):
         clock = runner.config["clock"]
@@ -269,6 +270,8 @@ class BadClock(FakeLane):
         runner.calls = calls + 1
         if clock == "empty":
             return []
+        if clock == "array":  # (a numpy array of samples is as good as a list)
+            return np.full(repeats, 2e-3)
         value = {"nan": math.nan, "negative": -1e-3}.get(clock, 1e-3)
         if clock == "nan_later":
             value = 1e-7 if calls == 0 else math.nan  # the fastest, till its second round

@@ -207,6 +207,27 @@ def test_run_refuses_bad_files_before_running(tmp_path, case, needle):
     assert not out.exists()
 
 
+def test_run_reads_inputs_from_a_directory_it_may_not_write(tmp_path, monkeypatch):
+    import os
+
+    from arbiter import _api
+
+    ro, out = tmp_path / "ro", tmp_path / "o.npz"
+    ro.mkdir()
+    rng = np.random.default_rng(2)
+    np.savez(ro / "in.npz", A=rng.standard_normal((256, 256), dtype=np.float32),
+             B=rng.standard_normal((256, 256), dtype=np.float32),
+             bias=rng.standard_normal(256, dtype=np.float32))
+    writable = os.access
+    monkeypatch.setattr(_api.os, "access", lambda p, mode: Path(p) != ro and writable(p, mode))
+    info = _api.run_npz(EXAMPLES, "mm_relu", lane="numpy", config=[],
+                        inputs=str(ro / "in.npz"), output=str(out))
+    assert info["drawn"] == [] and out.exists()
+    with pytest.raises(_api.InputError, match="cannot be written"):  # what it would save
+        _api.run_npz(EXAMPLES, "mm_relu", lane="numpy", config=[],
+                     inputs=str(ro / "new.npz"), output=str(out))
+
+
 def test_run_takes_several_config_values_after_one_flag(tmp_path):
     out = tmp_path / "o.npz"
     p = arbiter("run", str(EXAMPLES), "row_gelu_residual", "--lane", "x86_c", "--config",

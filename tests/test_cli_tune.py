@@ -137,6 +137,50 @@ def test_a_second_sweep_on_one_sqlite_file_waits_for_the_first_and_measures_noth
     assert len(rows) == len({c for c, _, _ in rows}) == mine["new_trials"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_tune_ended_by_a_signal_takes_its_hung_worker_with_it(env, tmp_path, sig):
+    spec = tmp_path / "one.toml"
+    spec.write_text('[[region]]\nname = "r"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n')
+    p = subprocess.Popen([sys.executable, "-m", "arbiter", "tune", str(spec), "--lanes",
+                          "fake_hang", "--trials", "1", "--timeout", "60"], env=env, cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def workers() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if (entry.name.isdigit() and b"arbiter._worker_child"
+                        in (entry / "cmdline").read_bytes()
+                        and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                        == p.pid):
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+        return found
+
+    deadline = time.monotonic() + 60
+    while not workers():
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    worker = workers()[0]
+    time.sleep(1.0)  # into the hung kernel's verification run
+    p.send_signal(sig)
+    p.communicate(timeout=30)
+    assert p.returncode == (-9 if sig == signal.SIGKILL else 128 + sig)
+
+    def gone() -> bool:
+        try:
+            return (Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    == "Z")
+        except OSError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not gone():
+        assert time.monotonic() < deadline, "the hung worker outlived its parent"
+        time.sleep(0.05)
+
+
 def test_best_on_a_database_that_does_not_exist_leaves_no_file_behind(env, tmp_path):
     p = arbiter(env, "best", EXAMPLES, "mm_relu", "--db", f"sqlite:///{tmp_path / 'no.db'}",
                 check=False)

@@ -66,6 +66,7 @@ def test_a_lane_whose_clock_breaks_the_rules_never_wins(env):
     for clock, text in (("nan", "nan"), ("negative", "-0.001"), ("empty", "no samples")):
         assert got[clock].startswith("launch_failed") and text in got[clock], got[clock]
     assert got["ok"].startswith("ok") and got["nan_later"].startswith("ok")
+    assert got["array"].startswith("ok")
     [final] = _rows(env, "select m.status from measurements m join candidates c on "
                          "m.candidate_id = c.id where m.kind = 'final' and c.config like "
                          "'%nan_later%'")

@@ -261,7 +261,8 @@ def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, mo
                               1e-3) for i, t in enumerate((2e-3, 1e-3))]
     records.save_winner(rid, eid, 1e-3, choose(results[:1], 1e-3))
     with session_scope(url) as s:
-        created = s.query(WinnerModel).one().created_at
+        first = s.query(WinnerModel).one()
+        created, first_id = first.created_at, first.id
     save, calls = WinnerModel.save.__func__, []
 
     def missed_once(cls, run, values):
@@ -279,7 +280,8 @@ def test_a_winner_another_sweep_saved_first_is_updated_not_an_error(tmp_path, mo
     assert (w["candidate_id"], w["runner_up"]["config"]) == (results[1].candidate_id, {"k": 0})
     assert (w["latency_ms"], w["tie"]) == (1.0, False)
     with session_scope(url) as s:
-        assert s.query(WinnerModel).one().created_at == created  # updated, not replaced
+        w = s.query(WinnerModel).one()
+        assert w.id == first_id and w.created_at > created  # updated (declared again)
 
 
 @pytest.mark.parametrize("path", ["driver", "returning", "lookup"])
@@ -425,3 +427,16 @@ def test_results_are_each_candidates_latest_measurement_of_a_kind(tmp_path):
                     if any(m.kind == kind for m in c.measurements)]
         assert records.results(rid, eid, kind) == want and want
     assert [r.status for r in records.results(rid, eid, FINAL)] == [Status.WRONG_RESULT]
+
+
+@pytest.mark.parametrize("url", [
+    "sqlite:///arbiter.db", "sqlite:////tmp/x/arbiter.db", "sqlite+pysqlite:///a/b.db",
+    "sqlite:///arbiter.db?timeout=5", "sqlite://", "sqlite:///:memory:",
+    "postgresql://u:p@h/db", "arbiter.db",
+])
+def test_the_sweep_locks_reading_of_a_url_is_sqlalchemys(url):
+    # (the lock is taken before SQLAlchemy is imported, so it reads the URL itself)
+    from arbiter._store.session import sqlite_path
+    from arbiter._sweep_lock import sqlite_file
+
+    assert sqlite_file(url) == sqlite_path(url)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import re
+import signal
 import sys
+import threading
 
-from .._errors import ArbiterError
+from .._errors import ArbiterError, one_line
 
 __all__ = ["console", "main"]
 
@@ -41,20 +42,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _one_line(text: str) -> str:
-    """An error as one line: a driver's message may span several (psycopg's hint, SQLAlchemy's
-    "Background on this error" link), and a database URL's password is not printed."""
-    lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip() and not ln.strip().startswith("(Background on this error")]
-    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", r"\1***@", " ".join(lines))
+def _end_on(signum: int, frame: object) -> None:
+    # SIGTERM (`timeout`, a CI job cancelled) or SIGHUP: the worker leads a process group of
+    # its own and does not get it; ending by an exception closes it, as an interrupt does
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, _end_on)
     try:
         return int(args._module.main(args) or 0)
     except ArbiterError as e:
-        print(f"arbiter: error: {_one_line(str(e))}", file=sys.stderr)
+        print(f"arbiter: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("arbiter: interrupted", file=sys.stderr)

@@ -11,20 +11,33 @@ the sweep ends; other databases (PostgreSQL) are not locked here.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sys
 from collections.abc import Iterator
 
-from .session import sqlite_path
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no lock
+    fcntl = None  # type: ignore[assignment]
+
 
 __all__ = ["one_sweep"]
 
 
+def sqlite_file(url: str) -> str | None:
+    """`session.sqlite_path` without SQLAlchemy (the lock is taken before it is imported: a
+    sweep that waits does so before its worker compiles anything)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+", 1)[0] != "sqlite" or not rest.startswith("/"):
+        return None
+    path = rest[1:].split("?", 1)[0]
+    return None if path in ("", ":memory:") else path
+
+
 @contextlib.contextmanager
 def one_sweep(url: str) -> Iterator[None]:
-    path = sqlite_path(url)
-    fd = None if path is None else _acquire(path + ".lock", url)
+    path = sqlite_file(url)
+    fd = None if path is None or fcntl is None else _acquire(path + ".lock", url)
     try:
         yield
     finally:
@@ -44,23 +57,27 @@ def _acquire(lock: str, url: str) -> int | None:
         except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip()
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            print(f"arbiter: another sweep{who} is writing to {url}: waiting for it to end "
-                  "(SQLite takes one writer at a time)", file=sys.stderr, flush=True)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip()
+                who = f" (pid {holder})" if holder.isdigit() else ""
+                print(f"arbiter: another sweep{who} is writing to {url}: waiting for it to "
+                      "end (SQLite takes one writer at a time)", file=sys.stderr, flush=True)
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            except BaseException:
-                os.close(fd)
-                raise
+        except OSError:  # no locks on this file system (ENOLCK): none taken
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except OSError:
             same = False
         if same:  # else: locked after its holder removed it; a new one is made
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
+            with contextlib.suppress(OSError):  # (the pid is only for the message)
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
             return fd
         os.close(fd)
