@@ -17,7 +17,14 @@ from ._errors import ArbiterError, InputError
 from ._inputs import POISON_BITS, output_shape, untouched_count, validate_inputs
 from ._ops import Epilogue, Pointwise, Reduction
 from ._parts import PART_MIN, cores_but_one, in_parts
-from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
+from ._region import (
+    DEFAULT_BUDGET,
+    AttentionRegion,
+    FusedRegion,
+    Region,
+    RowwiseRegion,
+    is_real,
+)
 from ._values import Status
 
 __all__ = ["Verdict", "compare", "reference", "budget_of"]
@@ -197,8 +204,7 @@ def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
 def checked_budget(budget: object) -> float:
     """A relative error budget given on the command line or to the API, or one line on what is
     wrong with it (a spec's are checked with its regions)."""
-    if (isinstance(budget, bool) or not isinstance(budget, (int, float))
-            or not 0 < budget < math.inf):
+    if not is_real(budget) or not 0 < budget < math.inf:
         raise ArbiterError(f"--budget must be a positive number, got {budget!r}")
     return float(budget)
 

@@ -13,12 +13,12 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeGuard, Union
 
 from ._errors import RegionError
 from ._ops import Epilogue, Pointwise, Reduction, parse_op
 
-__all__ = ["AttentionRegion", "FusedRegion", "Region", "RowwiseRegion", "DEFAULT_BUDGET"]
+__all__ = ["AttentionRegion", "FusedRegion", "Region", "RowwiseRegion", "DEFAULT_BUDGET", "is_real"]
 
 # Relative Frobenius error allowed when a region names no budget. f16 operands with f32
 # accumulation land near 3e-4 and tf32 near 3e-4 on unit-variance data, so 1e-3 admits them;
@@ -53,8 +53,13 @@ def _reduction(region: str, value: object) -> Reduction | None:
         raise RegionError(str(e)) from None
 
 
+def is_real(x: object) -> TypeGuard[int | float]:
+    """An int or a float, not a bool (the bounds are each check's own)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _check_eps(region: str, eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < 1):
+    if not is_real(eps) or not (0 < eps < 1):
         raise RegionError(f"{region}: eps must be a number in (0, 1), got {eps!r}")
     return float(eps)
 
@@ -62,7 +67,7 @@ def _check_eps(region: str, eps: object) -> float:
 def _check_budget(region: str, budget: object) -> float | None:
     if budget is None:
         return None
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+    if not is_real(budget) or not budget > 0:
         raise RegionError(f"{region}: budget must be a positive number, got {budget!r}")
     return float(budget)
 
@@ -236,11 +241,7 @@ class AttentionRegion(_Keyed):
         scale = self.scale
         if scale in (0, None):
             scale = 1.0 / math.sqrt(self.head_dim)
-        if (
-            isinstance(scale, bool)
-            or not isinstance(scale, (int, float))
-            or not (math.isfinite(scale) and scale > 0)
-        ):
+        if not is_real(scale) or not (math.isfinite(scale) and scale > 0):
             raise RegionError(f"{r}: scale must be a positive number, got {self.scale!r}")
         object.__setattr__(self, "scale", float(scale))
         object.__setattr__(self, "budget", _check_budget(r, self.budget))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ._errors import ArbiterError
+from ._region import is_real
 from ._values import Config, Measurement, Status
 from ._worker_child import (
     HEADER,
@@ -95,8 +96,7 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 
 def checked_timeout(timeout: object) -> float:
     """A candidate's timeout in seconds, or one line on what is wrong with it."""
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not 0 < timeout <= MAX_TIMEOUT):
+    if not is_real(timeout) or not 0 < timeout <= MAX_TIMEOUT:
         raise ArbiterError(f"--timeout must be a number of seconds above 0 and at most "
                            f"{MAX_TIMEOUT:g}, got {timeout!r}")
     return float(timeout)
