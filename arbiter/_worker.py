@@ -467,37 +467,41 @@ def _ended(proc: subprocess.Popen[bytes], timeout: float) -> None:
     _reaped(proc, deadline)
 
 
+def _exited(proc: subprocess.Popen[bytes]) -> bool | None:
+    """Has the worker exited? Left unreaped, so its pid, hence its group's id, stays its own.
+    None where that cannot be asked: no `os.waitid` (macOS before Python 3.13), or not a
+    child of ours any more."""
+    if not hasattr(os, "waitid"):
+        return None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    except ChildProcessError:
+        return None
+
+
 def _running(proc: subprocess.Popen[bytes]) -> bool:
     """`proc.poll() is None`, but a worker found ended is reaped by `_reaped` (what its
     kernels left goes first)."""
     if proc.returncode is not None:
         return False
-    if not hasattr(os, "waitid"):
+    exited = _exited(proc)
+    if exited is None:
         return proc.poll() is None
-    try:
-        ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-    except ChildProcessError:
-        return proc.poll() is None
-    if ended is None:
-        return True
-    _reaped(proc)
-    return False
+    if exited:
+        _reaped(proc)
+    return not exited
 
 
 def _reaped(proc: subprocess.Popen[bytes], deadline: float = math.inf) -> int:
-    """Wait for the worker's exit, kill what its kernels left in its group, then reap it: its
-    pid, hence its group's id, stays its own until then. Raises `TimeoutExpired` after
-    `deadline` (monotonic). (Where there is no `os.waitid`, macOS before Python 3.13, it is
+    """Wait for the worker's exit, kill what its kernels left in its group, then reap it.
+    Raises `TimeoutExpired` after `deadline` (monotonic). (Where `_exited` cannot tell, it is
     only reaped.)"""
-    if not hasattr(os, "waitid"):
-        remaining = deadline - time.monotonic()
-        return proc.wait(None if math.isinf(remaining) else max(0.0, remaining))
     while proc.returncode is None:
-        try:
-            done = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-        except ChildProcessError:
-            break
-        if done is not None:
+        exited = _exited(proc)
+        if exited is None:
+            remaining = deadline - time.monotonic()
+            return proc.wait(None if math.isinf(remaining) else max(0.0, remaining))
+        if exited:
             _kill_group(proc.pid)
             break
         if time.monotonic() > deadline:
