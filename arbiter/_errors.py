@@ -11,7 +11,6 @@ import re
 
 __all__ = [
     "ArbiterError",
-    "one_line",
     "BuildError",
     "EmitError",
     "InputError",
@@ -19,6 +18,7 @@ __all__ = [
     "RegionError",
     "SpecError",
     "StoreError",
+    "one_line",
 ]
 
 
