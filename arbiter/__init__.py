@@ -1,8 +1,15 @@
-"""Arbiter: pick the fastest lane for each fused kernel region inside one accuracy budget."""
+"""Arbiter: pick the fastest lane for each fused kernel region inside one accuracy budget.
+
+The flow, one subpackage a stage: `region` (what is tuned) -> `lane` (the plug-in contract)
+-> `search` (which candidate next) -> `measure` (build, then check and time in an isolated
+worker) with `check` (the float64 oracle) -> `records` (SQLite / PostgreSQL) -> `choose` (who
+wins). `api` holds the verbs the CLI, the notebooks and Python callers use.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     ArbiterError,
@@ -14,52 +21,69 @@ from ._errors import (
     SpecError,
     StoreError,
 )
-from ._lane import Lane, Runner
-from ._on_use import loader
-from ._ops import Epilogue, Pointwise, Reduction
-from ._region import DEFAULT_BUDGET, AttentionRegion, FusedRegion, Region, RowwiseRegion
-from ._registry import get_lane, lane_names
-from ._shapes import input_shapes, output_shape
-from ._values import (
+from .lane import (
     Artifact,
     Availability,
     Config,
     KernelSource,
-    Measurement,
+    Lane,
     Platform,
     Rule,
+    Runner,
     Space,
     Status,
     Tunable,
+    get_lane,
+    lane_names,
+    validate_inputs,
+)
+from .region import (
+    DEFAULT_BUDGET,
+    AttentionRegion,
+    Epilogue,
+    FusedRegion,
+    Pointwise,
+    Reduction,
+    Region,
+    RowwiseRegion,
+    Spec,
+    input_shapes,
+    load_spec,
+    output_shape,
+    parse_spec,
 )
 
 if TYPE_CHECKING:
-    from ._api import best, check, lane_table, run, tune
-    from ._inputs import random_inputs, validate_inputs
-    from ._oracle import compare, reference
-    from ._spec import Spec, load_spec, parse_spec
+    from .api import best, check, lane_table, run, tune
+    from .check import compare, random_inputs, reference
+    from .measure import Measurement
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-# Imported on first use, with numpy (0.05-0.1 s) or tomllib: `python -m arbiter._worker_child`
-# imports this package before anything else, and its first compile needs none of them.
-_ON_USE = {"best": "_api", "check": "_api", "lane_table": "_api", "run": "_api", "tune": "_api",
-           "random_inputs": "_inputs", "validate_inputs": "_inputs", "compare": "_oracle",
-           "reference": "_oracle", "Spec": "_spec", "load_spec": "_spec", "parse_spec": "_spec"}
+# loaded on first use: the verbs bring the records (SQLAlchemy), the oracle and the worker
+_LAZY = {"best": "api", "check": "api", "lane_table": "api", "run": "api", "tune": "api",
+         "compare": "check", "random_inputs": "check", "reference": "check",
+         "Measurement": "measure"}
 
 
-__getattr__ = loader(__name__, _ON_USE, globals())
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_ON_USE})
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "DEFAULT_BUDGET", "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError",
     "Config", "EmitError", "Epilogue", "FusedRegion", "InputError", "KernelSource", "Lane",
     "LaneError", "Measurement", "Platform", "Pointwise", "Reduction", "Region", "RegionError",
     "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError", "Status", "StoreError",
-    "Tunable",
-    "best", "check", "compare", "get_lane", "input_shapes", "lane_names", "lane_table", "load_spec",
-    "output_shape", "parse_spec", "random_inputs", "reference", "run", "tune", "validate_inputs",
+    "Tunable", "best", "check", "compare", "get_lane", "input_shapes", "lane_names",
+    "lane_table", "load_spec", "output_shape", "parse_spec", "random_inputs", "reference", "run",
+    "tune", "validate_inputs",
 ]

@@ -18,17 +18,14 @@ import secrets
 import numpy as np
 import pytest
 
-from ._check import verify
 from ._errors import InputError
-from ._inputs import input_shapes, output_shape, poison, random_inputs
-from ._lane import Lane, Runner, build_candidate
-from ._ops import Epilogue as E
-from ._ops import Pointwise as P
-from ._ops import Reduction as R
-from ._oracle import budget_of
-from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
-from ._registry import get_lane
-from ._values import Artifact, Config, Measurement, Platform, Status
+from .check import budget_of, poison, random_inputs, verify
+from .lane import Artifact, Config, Lane, Platform, Runner, Status, get_lane
+from .measure import Measurement, build_candidate
+from .region import AttentionRegion, FusedRegion, Region, RowwiseRegion, input_shapes, output_shape
+from .region import Epilogue as E
+from .region import Pointwise as P
+from .region import Reduction as R
 
 __all__ = ["CONFORMANCE_REGIONS", "LaneConformance"]
 
@@ -126,7 +123,8 @@ class LaneConformance:
         for config in picks:
             runner = lane.runner(self._built(lane, region, config), region)
             try:
-                verdict, log = verify(runner, region, self._budget(region), [secrets.randbits(31)])
+                verdict, log = verify(runner, region, self._budget(region),
+                                      [secrets.randbits(31)])
                 assert verdict.status is Status.OK, f"{config}: {verdict.detail}\n{log}"
             finally:
                 runner.close()

@@ -7,7 +7,7 @@ from typing import cast
 from alembic import context
 from sqlalchemy import create_engine
 
-from arbiter._store.models import VERSION_TABLE, Base
+from arbiter.records._models import VERSION_TABLE, Base
 
 config = context.config
 target_metadata = Base.metadata

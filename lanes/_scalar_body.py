@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from arbiter._ops import Epilogue, Pointwise, Reduction
-from arbiter._region import AttentionRegion
+from arbiter.lane import AttentionRegion, Epilogue, Pointwise, Reduction
 
 __all__ = [
     "BIAS", "C_PRELUDE", "Loop", "Operand", "RESIDUAL", "RowProgram", "Scalar",
@@ -68,7 +67,7 @@ class Operand:
     """An input array the row program reads besides `src`.
 
     `name` is the row pointer the program text indexes with j, `input` the array's name in
-    `arbiter._inputs.input_shapes`, and `per_row` says whether it holds one row per output row
+    `arbiter.lane.input_shapes`, and `per_row` says whether it holds one row per output row
     (then the row pointer is the array plus `row * N`) or one vector every row shares.
     """
 

@@ -15,19 +15,21 @@ from pathlib import Path
 import numpy as np
 from arbiter.lanes.vendor_numpy.run import compute
 
-from arbiter._build import run_tool
-from arbiter._errors import BuildError, EmitError
-from arbiter._inputs import validate_inputs, validate_output
-from arbiter._region import Region
-from arbiter._values import (
+from arbiter.lane import (
     Artifact,
     Availability,
+    BuildError,
     Config,
+    EmitError,
     KernelSource,
     Platform,
+    Region,
     Rule,
     Space,
     Tunable,
+    run_tool,
+    validate_inputs,
+    validate_output,
 )
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -231,8 +233,7 @@ class SlowBuild(Tiny):
         if os.environ.get("FAKE_BUILD_LOG"):  # each build started, for the tests to count
             with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
                 f.write(f"{source.config.key}\n")
-        rc, log = run_tool(["sleep", os.environ.get("FAKE_BUILD_SECONDS", "30")],
-                           stoppable=True)
+        rc, log = run_tool(["sleep", os.environ.get("FAKE_BUILD_SECONDS", "30")])
         if rc != 0:
             raise BuildError(f"compile failed (exit {rc})", log)
         return super().build(source)
@@ -311,3 +312,40 @@ class SpawnThenCrash(SpawnThenHang):
 spawn_hang, spawn_crash = SpawnThenHang(), SpawnThenCrash()
 LANES.update({spawn_hang.name: spawn_hang, spawn_crash.name: spawn_crash})
 _ATTRS += ("spawn_hang", "spawn_crash")
+
+
+class Adversary(FakeLane):
+    """Known true latencies under adversarial timing noise that only adds time, all within
+    the budget: `fast` is the true fastest (1.00 ms, 3e-4 error) with rare 20x outliers;
+    `noisy` is slow (1.6 ms) and very noisy, `bimodal` is near (1.08 ms) and half its calls
+    take 2.5x, and `steady` is 1.15 ms; those three are exact. An error tie-break or a median
+    fooled by the outliers would pick one of them."""
+
+    name = "fake_adversary"
+    TRUE = {"fast": 1.00e-3, "noisy": 1.6e-3, "bimodal": 1.08e-3, "steady": 1.15e-3}
+
+    def space(self, region):
+        return Space((Tunable("kind", tuple(self.TRUE), "steady"),))
+
+    def samples(self, runner, repeats):
+        kind = runner.config["kind"]
+        rng = np.random.default_rng()
+        base = self.TRUE[kind]
+        jitter = base * (1 + 0.003 * np.abs(rng.standard_normal(repeats)))
+        if kind == "fast":
+            return np.where(rng.random(repeats) < 0.05, 20 * base, jitter).tolist()
+        if kind == "noisy":
+            return (jitter * (1 + rng.exponential(1.0, repeats))).tolist()
+        if kind == "bimodal":
+            return np.where(rng.random(repeats) < 0.5, 2.5 * base, jitter).tolist()
+        return jitter.tolist()
+
+    def fill(self, region, a, out, config):
+        super().fill(region, a, out, config)
+        if config["kind"] == "fast":
+            out *= np.float32(1.0003)
+
+
+adversary = Adversary()
+LANES[adversary.name] = adversary
+_ATTRS += ("adversary",)

@@ -7,7 +7,6 @@ surface as one `arbiter: error: ...` line and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import signal
 import sys
@@ -65,16 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> int:
-    """The `arbiter` command: `main`, then the process readied for its end. Python's exit
-    walks every object it tracks, more than once: 0.24-0.32 s of a 1.3-1.6 s re-run of a
-    tuned spec on the 2-core machine. Frozen, they are skipped (the memory goes back with the
-    process), so what needs closing is closed first: the databases' connections (SQLite folds
-    its write-ahead log into the file at the last close); `atexit` handlers still run."""
+    """The `arbiter` command: `main`, then the databases closed (SQLite folds its write-ahead
+    log into the file at the last close)."""
     code = main()
-    for name, close in (("arbiter._store.session", "close_engines"),
-                        ("arbiter._study_storage", "close_storages")):
-        module = sys.modules.get(name)  # none to close where it was never imported
-        if module is not None:
-            getattr(module, close)()
-    gc.freeze()
+    records = sys.modules.get("arbiter.records._session")  # none where it was never imported
+    if records is not None:
+        records.close_engines()
     return code

@@ -3,9 +3,10 @@ from __future__ import annotations
 import argparse
 
 from ._table import print_json, print_table
-from .tune import config_text
+from .tune import table_row
 
-COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "rel_error", "status"]
+COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "interval_ms", "rel_error",
+           "status"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,13 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .._tune import best_rows
+    from ..api import best_rows
 
     rows = best_rows(args.spec, args.region, budget=args.budget, db=args.db)
     if args.json:
         print_json(rows)
     else:
-        print_table([dict(r, config=config_text(r["config"])) for r in rows], COLUMNS)
+        print_table([table_row(r) for r in rows], COLUMNS)
         for r in rows:
             if r.get("detail"):
                 print(f"{r['region']}: {r['detail']}")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._api import check
+from ..api import check
 from ._table import print_json, print_table
 
 

@@ -11,8 +11,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .._settings import settings
-    from .._store import upgrade
+    from ..records import upgrade
+    from ..settings import settings
 
     url = args.db or settings().db
     before, after = upgrade(url)

@@ -11,13 +11,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from .._api import parse_config
-from .._build import run_tool
 from .._errors import ArbiterError, BuildError, LaneError
-from .._registry import get_lane
-from .._settings import settings
-from .._spec import load_spec
-from .._values import KernelSource, Platform
+from ..lane import KernelSource, Platform, get_lane, run_tool
+from ..region import load_spec
+from ..settings import settings
 
 _PLATFORMS = ("rocm", "cuda")
 
@@ -50,6 +47,8 @@ def _c_asm(source: KernelSource) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..api import parse_config
+
     region = load_spec(args.spec).get(args.region)
     lane = get_lane(args.lane)
     why = lane.applies_to(region)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._api import lane_table
+from ..api import lane_table
 from ._table import print_json, print_table
 
 

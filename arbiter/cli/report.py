@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._settings import settings
+from ..settings import settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

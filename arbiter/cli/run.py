@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._api import run_npz
+from ..api import run_npz
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import argparse
 
-from .._api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
+from ..api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
 from ._table import print_json, print_table
 
-COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "rel_error", "status",
-           "new_trials"]
+COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "interval_ms", "rel_error",
+           "status", "new_trials"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="sampler seed: the same draws on fresh records (TPE's "
                    "own proposals then follow the timings; README)")
     p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
+    p.add_argument("--equivalence", type=float, default=0.02, metavar="BAND",
+                   help="two finalists within this relative band are a tie (default 0.02)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -33,16 +35,23 @@ def config_text(config: dict | None) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(config.items())) or "(default)"
 
 
+def table_row(row: dict) -> dict:
+    """A winner's row as people read it: config as k=v, the interval, an unstable flag."""
+    low, high = row.get("latency_low_ms"), row.get("latency_high_ms")
+    status = row["status"] + (", unstable" if row.get("unstable") else "")
+    return dict(row, config=config_text(row["config"]), status=status,
+                interval_ms=None if low is None else f"{low:.3g}-{high:.3g}")
+
+
 def main(args: argparse.Namespace) -> int:
-    from .._api import tune
-    from .._samplers import DEFAULT_SAMPLER
+    from ..api import tune
 
     lanes = args.lanes.split(",") if args.lanes else None
     rows = tune(args.spec, db=args.db, trials=args.trials, lanes=lanes, budget=args.budget,
-                timeout=args.timeout, seed=args.seed, sampler=args.sampler or DEFAULT_SAMPLER,
-                progress=not args.json)
+                timeout=args.timeout, seed=args.seed, sampler=args.sampler or "tpe",
+                equivalence=args.equivalence, progress=not args.json)
     if args.json:
         print_json(rows)
     else:
-        print_table([dict(r, config=config_text(r["config"])) for r in rows], COLUMNS)
+        print_table([table_row(r) for r in rows], COLUMNS)
     return 0 if rows and all(r["lane"] for r in rows) else 1

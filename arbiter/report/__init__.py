@@ -6,7 +6,8 @@ is asked for (pandas and matplotlib stay out of `arbiter --help`).
 
 from __future__ import annotations
 
-from .._on_use import loader
+import importlib
+from typing import Any
 
 # public name -> private module that defines it
 _EXPORTS = {
@@ -40,7 +41,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__ = loader(__name__, _EXPORTS, globals())
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

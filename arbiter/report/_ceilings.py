@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from .._store import EnvironmentModel, session_scope
-from .._store.ceilings import CeilingModel
+from ..records import CeilingModel, EnvironmentModel, session_scope
 from ._work import BANDWIDTH, MATMUL
 
 __all__ = ["ensure_ceilings", "measure_cpu", "measure_gpu", "record_ceilings"]
@@ -132,7 +131,7 @@ def ensure_ceilings(url: str, *, gpu: bool = True) -> list[str]:
     Only this machine can be measured, so only the environment whose fingerprint matches the
     running one is filled in; returns the names recorded (empty when nothing was needed).
     """
-    from .._fingerprint import fingerprint
+    from ..records import fingerprint
 
     fp = fingerprint().hash
     with session_scope(url) as s:

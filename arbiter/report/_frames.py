@@ -14,8 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from .._errors import StoreError
-from .._store import (
+from ..records import (
     CandidateModel,
+    CeilingModel,
     EnvironmentModel,
     LaneModel,
     MeasurementModel,
@@ -24,7 +25,6 @@ from .._store import (
     require_current,
     session_scope,
 )
-from .._store.ceilings import CeilingModel
 from ._work import region_from_canonical, work
 
 __all__ = [

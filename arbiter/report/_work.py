@@ -6,13 +6,18 @@ any implementation can have, so achieved GB/s is a lower bound on what the kerne
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from .._inputs import input_shapes, output_shape
-from .._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
+from ..region import (
+    AttentionRegion,
+    FusedRegion,
+    Region,
+    RowwiseRegion,
+    input_shapes,
+    output_shape,
+    region_from_canonical,
+)
 
 __all__ = [
     "BANDWIDTH",
@@ -64,20 +69,6 @@ def work(region: Region) -> Work:
         flops = 4.0 * r.batch * r.heads * r.seq_q * r.seq_k * r.head_dim
         return Work(flops / 2 if r.causal else flops, nbytes)
     raise TypeError(f"not a region: {region!r}")
-
-
-_KINDS: dict[str, type] = {
-    "fused": FusedRegion,
-    "rowwise": RowwiseRegion,
-    "attention": AttentionRegion,
-}
-
-
-def region_from_canonical(canonical: str | dict[str, Any]) -> Region:
-    """Rebuild a region from `regions.canonical` (its JSON or the parsed dict)."""
-    d = dict(json.loads(canonical) if isinstance(canonical, str) else canonical)
-    cls = _KINDS[d.pop("kind")]
-    return cls(**d)
 
 
 @dataclass(frozen=True)

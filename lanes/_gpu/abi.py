@@ -1,6 +1,6 @@
 """Generated text of the runner ABI (arb_runner.h) that every GPU lane's source defines.
 
-The size table comes from `arbiter._inputs.input_shapes` / `output_shape`, the same functions
+The size table comes from `arbiter.lane.input_shapes` / `output_shape`, the same functions
 the ctypes runner checks the loaded library against, so the two cannot disagree.
 """
 
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 
-from arbiter._inputs import input_shapes, output_shape
-from arbiter._region import Region
+from arbiter.lane import Region, input_shapes, output_shape
 
 __all__ = ["REBUILD", "REBUILD_TEXT", "runner_table", "runner_tail"]
 

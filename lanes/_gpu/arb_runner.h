@@ -24,7 +24,7 @@
 #error "define ARB_N_INPUTS, arb_input_elems, arb_output_elems and arb_launch before arb_runner.h"
 #endif
 
-/* The bit pattern arbiter._inputs.POISON_BITS: an unwritten output element reads back as it. */
+/* The bit pattern arbiter.check.POISON_BITS: an unwritten output element reads back as it. */
 #define ARB_POISON_BITS 0x7FC0DEADu
 
 static char arb_err[1024];

@@ -2,7 +2,7 @@
 
 One HIP-dialect text serves both vendors: nvcc compiles it as CUDA (`-x cu`, arb_gpu.h maps
 the names) for sm_XX, hipcc / clang++ compile it as HIP for gfxNNNN. The key covers the source,
-the headers it includes, compiler identity, arch and flags (arbiter._build.build_key).
+the headers it includes, compiler identity, arch and flags (arbiter.lane.build_key).
 """
 
 from __future__ import annotations
@@ -12,9 +12,15 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from arbiter._build import build_key, cached_build, run_tool
-from arbiter._errors import BuildError
-from arbiter._values import Artifact, KernelSource, Platform
+from arbiter.lane import (
+    Artifact,
+    BuildError,
+    KernelSource,
+    Platform,
+    build_key,
+    cached_build,
+    run_tool,
+)
 
 from .detect import cuda_arch, rocm_arch, rocm_compiler, toolchain
 

@@ -11,9 +11,7 @@ import shutil
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
-from arbiter._build import run_tool
-from arbiter._settings import settings
-from arbiter._values import Platform
+from arbiter.lane import Platform, run_tool, settings
 
 __all__ = [
     "DEFAULT_ROCM_ARCH",
@@ -100,7 +98,7 @@ def gpu_platform() -> Platform:
 
 def _checked_arch(platform: Platform, arch: str, source: str) -> str:
     if not _ARCH_RE[platform].match(arch):
-        from arbiter._errors import ArbiterError
+        from arbiter import ArbiterError
 
         raise ArbiterError(f"{source}: {arch!r} is not a {platform.value} arch "
                            f"(like {_DEFAULT_ARCH[platform]})")

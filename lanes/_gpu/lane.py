@@ -7,8 +7,7 @@ runs on the detected GPU's platform (ROCm, the target, when there is none), buil
 
 from __future__ import annotations
 
-from arbiter._region import Region
-from arbiter._values import Artifact, Availability, KernelSource, Platform
+from arbiter.lane import Artifact, Availability, KernelSource, Platform, Region
 
 from . import build as _build
 from . import detect as _detect

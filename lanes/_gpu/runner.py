@@ -7,9 +7,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from arbiter._inputs import input_shapes, output_shape, validate_inputs, validate_output
-from arbiter._region import Region
-from arbiter._values import Artifact, Platform
+from arbiter.lane import (
+    Artifact,
+    Platform,
+    Region,
+    input_shapes,
+    output_shape,
+    validate_inputs,
+    validate_output,
+)
 
 __all__ = ["GpuRunner"]
 

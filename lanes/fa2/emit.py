@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arbiter._errors import EmitError
-from arbiter._region import AttentionRegion, Region
-from arbiter._values import Config, KernelSource, Platform
+from arbiter.lane import AttentionRegion, Config, EmitError, KernelSource, Platform, Region
 
 from .._gpu.abi import REBUILD, runner_table
 

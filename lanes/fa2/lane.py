@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from arbiter._region import AttentionRegion, Region
-from arbiter._values import (
+from arbiter.lane import (
+    AttentionRegion,
     Config,
     KernelSource,
     Platform,
+    Region,
     Rule,
     Space,
     Tunable,

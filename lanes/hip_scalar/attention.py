@@ -10,9 +10,7 @@ a row that sees no key writes zeros.
 
 from __future__ import annotations
 
-from arbiter._errors import EmitError
-from arbiter._region import AttentionRegion, Region
-from arbiter._values import Config, KernelSource, Space, Tunable
+from arbiter.lane import AttentionRegion, Config, EmitError, KernelSource, Region, Space, Tunable
 
 from .._gpu.abi import REBUILD_TEXT, runner_tail
 from .._scalar_body import attention_defines, visible_keys

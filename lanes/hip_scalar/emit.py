@@ -26,10 +26,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from arbiter._errors import EmitError
-from arbiter._inputs import input_shapes
-from arbiter._region import FusedRegion, Region, RowwiseRegion
-from arbiter._values import Config, KernelSource
+from arbiter.lane import (
+    Config,
+    EmitError,
+    FusedRegion,
+    KernelSource,
+    Region,
+    RowwiseRegion,
+    input_shapes,
+)
 
 from .._gpu.abi import REBUILD_TEXT, runner_tail
 from .._scalar_body import (

@@ -3,11 +3,14 @@ built by nvcc for NVIDIA or hipcc/clang for AMD from the same text, run through 
 
 from __future__ import annotations
 
-from arbiter._errors import EmitError
-from arbiter._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
-from arbiter._values import (
+from arbiter.lane import (
+    AttentionRegion,
     Config,
+    EmitError,
+    FusedRegion,
     KernelSource,
+    Region,
+    RowwiseRegion,
     Rule,
     Space,
     Tunable,

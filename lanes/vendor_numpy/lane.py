@@ -11,8 +11,7 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from arbiter._region import Region
-from arbiter._values import Artifact, Availability, Config, KernelSource, Platform, Space
+from arbiter.lane import Artifact, Availability, Config, KernelSource, Platform, Region, Space
 
 if TYPE_CHECKING:
     from .run import NumpyRunner

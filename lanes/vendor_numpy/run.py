@@ -7,10 +7,17 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from arbiter._inputs import validate_inputs, validate_output
-from arbiter._ops import Epilogue, Reduction
-from arbiter._region import AttentionRegion, FusedRegion, Region
-from arbiter._timing import HOST_METHOD, time_host
+from arbiter.lane import (
+    HOST_METHOD,
+    AttentionRegion,
+    Epilogue,
+    FusedRegion,
+    Reduction,
+    Region,
+    time_host,
+    validate_inputs,
+    validate_output,
+)
 
 __all__ = ["NumpyRunner", "compute"]
 

@@ -15,10 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from arbiter._inputs import input_shapes, validate_inputs, validate_output
-from arbiter._ops import Epilogue, Reduction
-from arbiter._region import AttentionRegion, FusedRegion, Region
-from arbiter._values import Artifact, Availability, Config, KernelSource, Platform, Space, Tunable
+from arbiter.lane import (
+    Artifact,
+    AttentionRegion,
+    Availability,
+    Config,
+    Epilogue,
+    FusedRegion,
+    KernelSource,
+    Platform,
+    Reduction,
+    Region,
+    Space,
+    Tunable,
+    input_shapes,
+    validate_inputs,
+    validate_output,
+)
 
 from .._gpu.detect import gpu_platform
 

@@ -14,10 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arbiter._errors import EmitError
-from arbiter._ops import Epilogue
-from arbiter._region import FusedRegion, Region
-from arbiter._values import Config, KernelSource, Platform
+from arbiter.lane import Config, EmitError, Epilogue, FusedRegion, KernelSource, Platform, Region
 
 from .._gpu.abi import REBUILD, runner_table
 from .._scalar_body import (

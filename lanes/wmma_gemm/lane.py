@@ -3,11 +3,12 @@ region's prologue applied on load of A and its epilogue fused on the accumulator
 
 from __future__ import annotations
 
-from arbiter._region import FusedRegion, Region
-from arbiter._values import (
+from arbiter.lane import (
     Config,
+    FusedRegion,
     KernelSource,
     Platform,
+    Region,
     Rule,
     Space,
     Tunable,

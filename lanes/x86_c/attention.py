@@ -12,9 +12,7 @@ Same library ABI as the rest of the lane (see emit.py): `arbiter_workspace_float
 
 from __future__ import annotations
 
-from arbiter._errors import EmitError
-from arbiter._region import AttentionRegion, Region
-from arbiter._values import Config, KernelSource, Tunable
+from arbiter.lane import AttentionRegion, Config, EmitError, KernelSource, Region, Tunable
 
 from .._scalar_body import attention_defines, visible_keys
 

@@ -6,10 +6,16 @@ import platform
 from functools import cache
 from pathlib import Path
 
-from arbiter._build import build_key, cached_build, compiler_identity, run_tool
-from arbiter._errors import BuildError
-from arbiter._settings import settings
-from arbiter._values import Artifact, KernelSource
+from arbiter.lane import (
+    Artifact,
+    BuildError,
+    KernelSource,
+    build_key,
+    cached_build,
+    compiler_identity,
+    run_tool,
+    settings,
+)
 
 __all__ = ["BASE_FLAGS", "build", "native_arch"]
 
@@ -49,8 +55,7 @@ def build(source: KernelSource, lane_version: str) -> Artifact:
     def compile_to(tmp: Path, target: Path) -> tuple[int, str]:
         src = tmp / "kernel.c"
         src.write_text(source.text)
-        return run_tool([cc, *flags, str(src), "-o", str(target)], cwd=str(tmp),
-                        stoppable=True)
+        return run_tool([cc, *flags, str(src), "-o", str(target)], cwd=str(tmp))
 
     path, seconds, cached, log = cached_build(key, ".so", compile_to)
     return Artifact(source.lane, key, source, str(path), seconds, cached, log)

@@ -7,16 +7,21 @@ OpenMP threads, and, for fused regions, the blocked GEMM that feeds the row prog
 Entry points of every generated library (plain C ABI):
   long arbiter_workspace_floats(void)   floats of scratch the caller must provide (>= 1)
   int  arbiter_run(const float* const* inputs, float* out, float* work)
-`inputs` holds the region's arrays in `arbiter._shapes.input_shapes` order; every pointer is
+`inputs` holds the region's arrays in `arbiter.lane.input_shapes` order; every pointer is
 valid (the runner never passes NULL). Returns 0 on success.
 """
 
 from __future__ import annotations
 
-from arbiter._errors import EmitError
-from arbiter._region import FusedRegion, Region, RowwiseRegion
-from arbiter._shapes import input_shapes
-from arbiter._values import Config, KernelSource
+from arbiter.lane import (
+    Config,
+    EmitError,
+    FusedRegion,
+    KernelSource,
+    Region,
+    RowwiseRegion,
+    input_shapes,
+)
 
 from .._scalar_body import (
     C_PRELUDE,

@@ -6,18 +6,20 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from arbiter._parts import usable_cores
-from arbiter._region import AttentionRegion, FusedRegion, Region
-from arbiter._settings import settings
-from arbiter._values import (
+from arbiter.lane import (
     Artifact,
+    AttentionRegion,
     Availability,
     Config,
+    FusedRegion,
     KernelSource,
     Platform,
+    Region,
     Rule,
     Space,
     Tunable,
+    settings,
+    usable_cores,
 )
 
 from . import build as _build

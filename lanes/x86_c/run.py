@@ -7,10 +7,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from arbiter._inputs import input_shapes, output_shape, validate_inputs, validate_output
-from arbiter._region import Region
-from arbiter._timing import HOST_METHOD, time_host
-from arbiter._values import Artifact
+from arbiter.lane import (
+    HOST_METHOD,
+    Artifact,
+    Region,
+    input_shapes,
+    output_shape,
+    time_host,
+    validate_inputs,
+    validate_output,
+)
 
 __all__ = ["CRunner"]
 

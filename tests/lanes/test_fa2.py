@@ -11,12 +11,10 @@ from arbiter.lanes.fa2 import lane
 from arbiter.lanes.fa2.emit import emit
 from arbiter.lanes.fa2.lane import space_for
 
-from arbiter._check import build_candidate, verify
-from arbiter._errors import EmitError, InputError
-from arbiter._inputs import output_shape, poison, random_inputs
-from arbiter._oracle import reference
-from arbiter._region import AttentionRegion, FusedRegion
-from arbiter._values import Config, Measurement, Platform, Status
+from arbiter.check import poison, random_inputs, reference, verify
+from arbiter.lane import Config, EmitError, InputError, Platform, Status
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import AttentionRegion, FusedRegion, output_shape
 from arbiter.testing import LaneConformance
 
 # f16 operands with f32 accumulation land near 5e-4 on unit-normal attention; bf16 near 4e-3.

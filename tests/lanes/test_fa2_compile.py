@@ -16,9 +16,8 @@ from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.fa2.emit import emit
 from arbiter.lanes.fa2.lane import space_for
 
-from arbiter._build import run_tool
-from arbiter._region import AttentionRegion
-from arbiter._values import Platform
+from arbiter.lane import Platform, run_tool
+from arbiter.region import AttentionRegion
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 

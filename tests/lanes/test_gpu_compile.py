@@ -13,8 +13,8 @@ from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.hip_scalar import lane
 
 from arbiter import AttentionRegion, FusedRegion, RowwiseRegion
-from arbiter._spec import load_spec
-from arbiter._values import Platform
+from arbiter.lane import Platform
+from arbiter.region import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
 WORKERS = max(2, min(8, os.cpu_count() or 2))

@@ -10,12 +10,11 @@ import pytest
 from arbiter.lanes._gpu.build import gpu_build
 
 from arbiter import FusedRegion, InputError, RowwiseRegion, Status, random_inputs
-from arbiter._check import build_candidate
-from arbiter._inputs import output_shape, poison, untouched_count
-from arbiter._oracle import compare, reference
-from arbiter._registry import get_lane
-from arbiter._settings import override
-from arbiter._values import Config, KernelSource, Measurement
+from arbiter.check import compare, poison, reference, untouched_count
+from arbiter.lane import Config, KernelSource, get_lane
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import output_shape
+from arbiter.settings import override
 from arbiter.testing import LaneConformance
 
 pytestmark = pytest.mark.gpu

@@ -9,9 +9,10 @@ from arbiter.lanes._gpu.build import device_asm, isa_resources
 from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.hip_scalar import lane
 
-from arbiter._check import build_candidate, verify
-from arbiter._region import AttentionRegion
-from arbiter._values import Measurement, Platform, Status
+from arbiter.check import verify
+from arbiter.lane import Platform, Status
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import AttentionRegion
 
 REGIONS = [
     AttentionRegion(1, 2, 37, 64, name="odd", seq_k=53),

@@ -8,8 +8,8 @@ import re
 import pytest
 from arbiter.lanes._scalar_body import BIAS, RESIDUAL, Loop, Scalar, row_program
 
-from arbiter._ops import Epilogue as E
-from arbiter._ops import Reduction as R
+from arbiter.region import Epilogue as E
+from arbiter.region import Reduction as R
 
 CHAINS = [(), (E.BIAS,), (E.GELU,), (E.BIAS, E.SILU), (E.RELU, E.BIAS, E.TANH)]
 REDUCTIONS = [None, R.SOFTMAX, R.RMSNORM, R.LAYER_NORM]

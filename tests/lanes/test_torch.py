@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from arbiter._registry import get_lane
+from arbiter.lane import get_lane
 from arbiter.testing import LaneConformance
 
 

@@ -15,8 +15,8 @@ from arbiter.lanes.wmma_gemm import lane
 from arbiter.lanes.wmma_gemm.emit import emit
 
 from arbiter import FusedRegion
-from arbiter._spec import load_spec
-from arbiter._values import Config, Platform
+from arbiter.lane import Config, Platform
+from arbiter.region import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
 WORKERS = max(2, min(8, os.cpu_count() or 2))

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from arbiter import FusedRegion
-from arbiter._check import build_candidate, verify
-from arbiter._inputs import output_shape, poison, random_inputs
-from arbiter._oracle import compare, reference
-from arbiter._registry import get_lane
-from arbiter._values import Measurement, Status
+from arbiter.check import compare, poison, random_inputs, reference, verify
+from arbiter.lane import Status, get_lane
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import output_shape
 from arbiter.testing import CONFORMANCE_REGIONS, LaneConformance
 
 pytestmark = pytest.mark.gpu

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from arbiter.lanes.x86_c import lane
 
-from arbiter._check import build_candidate, verify
-from arbiter._inputs import output_shape, poison, random_inputs
-from arbiter._oracle import reference
-from arbiter._region import AttentionRegion
-from arbiter._values import Measurement, Status
+from arbiter.check import poison, random_inputs, reference, verify
+from arbiter.lane import Status
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import AttentionRegion, output_shape
 
 REGIONS = [
     AttentionRegion(1, 2, 37, 64, name="odd", seq_k=53),

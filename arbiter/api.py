@@ -1,0 +1,452 @@
+"""The verbs behind the CLI and the Python API: `tune`, `best`, `check`, `run`, `lanes`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import numpy as np
+
+from ._errors import ArbiterError, InputError, LaneError, SpecError, one_line
+from .check import budget_of, checked_budget, fresh_seeds, random_inputs
+from .choose import choose, winner_that_stands
+from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
+from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
+from .region import Region, Spec, input_shapes, load_spec, output_shape
+from .settings import settings
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "best_rows", "check", "lane_table",
+           "parse_config", "run", "run_npz", "spec_regions", "tune", "usable_lanes"]
+
+DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
+DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
+VERIFY_TRIES = 3  # winners recorded elsewhere re-checked here before giving up
+# Candidates are timed when their error is inside this ceiling, not only inside the sweep's
+# budget, so a looser budget asked later can be answered from the records.
+CEILING_FACTOR, CEILING_FLOOR = 10.0, 1e-2
+
+
+def lane_table() -> list[dict[str, Any]]:
+    rows = []
+    for name in lane_names():
+        try:
+            lane = get_lane(name)
+            av = lane.available()
+            rows.append({"name": name, "platform": lane.platform.value,
+                         "available": bool(av.ok), "reason": av.reason})
+        except Exception as e:  # noqa: BLE001  a broken plug-in is reported, not fatal
+            rows.append({"name": name, "platform": "?", "available": False,
+                         "reason": f"failed to load: {type(e).__name__}: {e}"})
+    return rows
+
+
+def usable_lanes(names: Sequence[str] | str | None) -> list[Lane]:
+    """Available lanes; explicitly named lanes (a list, or the CLI's "a,b") must exist and be
+    available."""
+    if names is None:
+        return [lane for lane in all_lanes() if lane.available()]
+    if isinstance(names, str):
+        names = names.split(",")
+    lanes = all_lanes([n.strip() for n in names if n.strip()])
+    if not lanes:
+        raise LaneError("no lanes named")
+    for lane in lanes:
+        av = lane.available()
+        if not av:
+            raise LaneError(f"lane {lane.name!r} is not available here: {av.reason}")
+    return lanes
+
+
+def spec_regions(spec: str | Path | Spec | Region | Sequence[Region],
+                 names: Sequence[str] | None = None) -> list[Region]:
+    """The regions of a spec (a file, a Spec, one region or a list), or the ones named."""
+    if isinstance(spec, (str, Path, Spec)):
+        whole = spec if isinstance(spec, Spec) else load_spec(spec)
+        return [whole.get(n) for n in names] if names else list(whole)
+    if isinstance(spec, get_args(Region)):
+        return [spec]  # type: ignore[list-item]
+    return list(spec)  # type: ignore[arg-type]
+
+
+def _precision(lane: str, config: dict[str, Any]) -> str:
+    try:
+        return str(config.get("precision") or get_lane(lane).precisions[0])
+    except (LaneError, IndexError):
+        return "?"
+
+
+def _empty(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
+    return {"region": region.name or region.key, "region_key": region.key, "lane": None,
+            "config": None, "precision": None, "latency_ms": None, "latency_low_ms": None,
+            "latency_high_ms": None, "spread_ms": None, "rel_error": None, "budget": budget,
+            "status": status, "tie": False, "verdict": None, "unstable": False, "load": None,
+            "runner_up": None, **extra}
+
+
+def _winner_row(region: Region, budget: float, w: dict[str, Any], **extra: Any) -> dict:
+    """A row from a declared winner (`Records.winners`): the same numbers everywhere."""
+    status = {"tie": "tie", "unresolved": "unresolved"}.get(w["verdict"] or "", "ok")
+    row = _empty(region, budget, status, **extra)
+    row.update({k: w[k] for k in ("lane", "config", "latency_ms", "latency_low_ms",
+                                  "latency_high_ms", "spread_ms", "rel_error", "tie", "verdict",
+                                  "unstable", "load")},
+               precision=_precision(w["lane"], w["config"]))
+    ru = w["runner_up"]
+    row["runner_up"] = None if ru is None else {k: v for k, v in ru.items()
+                                                if k != "candidate_id"}
+    return row
+
+
+def _result_row(region: Region, budget: float, r: Any, runner_up: Any,
+                **extra: Any) -> dict[str, Any]:
+    """A row from a recorded result that no sweep declared (its sweep latency)."""
+    def ms(x: float | None) -> float | None:
+        return None if x is None else x * 1e3
+
+    row = _empty(region, budget, "ok", **extra)
+    config = r.config.as_dict()
+    row.update(lane=r.lane, config=config, precision=_precision(r.lane, config),
+               latency_ms=ms(r.latency), latency_low_ms=ms(r.latency_low),
+               latency_high_ms=ms(r.latency_high), spread_ms=ms(r.spread),
+               rel_error=r.rel_error, unstable=r.unstable, load=r.load)
+    if runner_up is not None:
+        row["runner_up"] = {"lane": runner_up.lane, "config": runner_up.config.as_dict(),
+                            "latency_ms": ms(runner_up.latency)}
+    return row
+
+
+def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
+         lanes: Sequence[str] | str | None = None, budget: float | None = None,
+         timeout: float = DEFAULT_TIMEOUT, seed: int | None = None, sampler: str = "tpe",
+         regions: Sequence[str] | None = None, timing: Timing | None = None,
+         equivalence: float | None = None, refinal: bool = False, progress: bool = False,
+         on_trial: Callable[[str, str, Any], None] | None = None) -> list[dict[str, Any]]:
+    """Search every region's lanes and configs, record everything, declare winners.
+
+    `trials` is the number of distinct candidates per region to have measured on this machine
+    when done (counting earlier runs), so a second run of a finished sweep measures nothing.
+    `equivalence` is the practical-equivalence band of a tie (default 2%). Returns one row per
+    region (README: `arbiter tune --json`)."""
+    from .records import Records, fingerprint, one_sweep
+    from .search import check_sampler, plan
+    from .sweep import Options, sweep_region
+
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ArbiterError(f"--trials must be at least 1, got {trials}")
+    timeout = checked_timeout(timeout)
+    if budget is not None:
+        budget = checked_budget(budget)
+    check_sampler(sampler)
+    timing = timing or Timing()
+    if equivalence is not None:
+        if not 0 <= equivalence < 1:
+            raise ArbiterError(f"--equivalence must be in [0, 1), got {equivalence!r}")
+        timing = Timing(**{**timing.__dict__, "band": float(equivalence)})
+    chosen = usable_lanes(lanes)
+    todo = spec_regions(spec, regions)
+    url = db or settings().db
+    opts = Options(trials, sampler, seed, timing, refinal)
+    rows = []
+    with one_sweep(url), Worker(timeout) as worker:
+        records = Records(url)
+        fp = fingerprint()
+        work = []
+        for region in todo:
+            region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+            region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
+            p = plan(region, region_lanes, records.results(region_id, env_id), trials)
+            work.append((region, region_id, env_id, lane_ids, p))
+        bar = _bar(sum(p.needed for *_, p in work), progress)
+        try:
+            for region, region_id, env_id, lane_ids, p in work:
+                b = budget_of(region, budget)
+                if not p.lanes:
+                    rows.append(_empty(region, b, "no applicable lane"))
+                    continue
+                bar.set_description(region.name or region.key[:12])
+
+                def tick(lane: str, r: Any, name: str = region.name) -> None:
+                    bar.update(1)
+                    if on_trial:
+                        on_trial(name, lane, r)
+
+                done = sweep_region(region, p, records, worker, region_id=region_id,
+                                    env_id=env_id, lane_ids=lane_ids, fingerprint=fp.hash,
+                                    budget=b, ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR),
+                                    opts=opts, on_trial=tick)
+                counts = {"new_trials": done.new, "reused_trials": done.reused,
+                          "statuses": done.statuses}
+                [w] = records.winners(region_id, env_id, b) or [None]
+                rows.append(_empty(region, b, "no candidate within budget", **counts)
+                            if w is None else _winner_row(region, b, w, **counts))
+        finally:
+            bar.close()
+    return rows
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_description(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, shown: bool) -> Any:
+    if not (shown and sys.stderr.isatty()):
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
+
+
+def best(region: Region, *, budget: float | None = None, db: str | None = None,
+         timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """The recorded winner for `region` on this machine under `budget` (the region's own by
+    default), answered from the records. A budget other than the sweep's is answered by a
+    declared winner that stands for it, else from the recorded results; a winner recorded
+    only on another machine is re-checked here first."""
+    from .records import Records, fingerprint
+
+    if not isinstance(region, get_args(Region)):
+        raise ArbiterError(f"best() takes a region (e.g. load_spec(path).get(name)), got "
+                           f"{region!r}")
+    url = db or settings().db
+    records = Records(url, create=False)
+    b = budget_of(region, budget)
+    region_id = records.region_id(region.key)
+    if region_id is None:
+        raise ArbiterError(f"region {region.label!r} was never tuned in {url} "
+                           "(run `arbiter tune` first)")
+    fp = fingerprint()
+    env_id = records.environment_id(fp.hash)
+    here = {"source": "winner", "fingerprint": fp.hash}
+    if env_id is not None:
+        declared = records.winners(region_id, env_id)
+        exact = [w for w in declared if w["budget"] == b]
+        results = records.results(region_id, env_id)
+        w = exact[0] if exact else winner_that_stands(declared, results, b)
+        if w is not None:
+            return _winner_row(region, b, w, **here)
+        if results:
+            choice = choose(results, b)
+            if choice is None:
+                seen = [r.rel_error for r in results if r.latency is not None and r.rel_error]
+                low = f"; lowest timed error recorded {min(seen):.3g}" if seen else ""
+                raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
+                                   f"budget {b:g}{low}")
+            return _result_row(region, b, choice.winner, choice.runner_up, source="records",
+                               fingerprint=fp.hash)
+    return _reverified(region, b, records, region_id, env_id, fp, timeout)
+
+
+def _reverified(region: Region, budget: float, records: Any, region_id: int,
+                env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
+    """A winner recorded only under other fingerprints, checked against the oracle here
+    first: the one declared there first, then the fastest there."""
+    from .records import VERIFY
+
+    here = {} if env_id is None else {
+        (r.lane, r.config.key): r for r in records.results(region_id, env_id, VERIFY)}
+    with Worker(timeout) as worker:  # started only if something needs checking
+        for other_id, other, results in records.foreign(region_id, env_id):
+            fit = sorted((r for r in results if r.fits(budget)), key=lambda r: r.latency)
+            declared = winner_that_stands(records.winners(region_id, other_id), results, budget)
+            if declared is not None:
+                fit.sort(key=lambda r: r.candidate_id != declared["candidate_id"])
+            tries = 0
+            for r in fit:
+                try:
+                    lane = get_lane(r.lane)
+                except LaneError:
+                    continue
+                if (not lane.available() or lane.applies_to(region) is not None
+                        or lane.space(region).violation(r.config) is not None):
+                    continue  # not a candidate here (more threads than this process's CPUs)
+                if tries == VERIFY_TRIES:
+                    break
+                tries += 1
+                seen = here.get((r.lane, r.config.key))
+                if seen is None:
+                    rid, eid, lane_ids = records.ids(region, fp, [lane])
+                    built = build_candidate(lane, region, r.config)
+                    m = built if isinstance(built, Measurement) else worker.check(
+                        r.lane, region, built, budget, seeds=fresh_seeds(), timing=None)
+                    seen = here[(r.lane, r.config.key)] = records.record(
+                        rid, eid, lane_ids[r.lane], r.config, m, budget, kind=VERIFY)
+                if seen.status is Status.OK:
+                    row = _result_row(region, budget, r, None, source="reverified",
+                                      fingerprint=fp.hash, measured_on=other)
+                    row["rel_error"] = seen.rel_error
+                    return row
+    raise ArbiterError(f"region {region.label!r}: tuned on other machines only, and no recorded "
+                       f"winner passed re-verification here (run `arbiter tune`)")
+
+
+def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,
+              budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
+    """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
+    if region_name:
+        return [best(r, budget=budget, db=db) for r in spec_regions(spec, [region_name])]
+    rows = []
+    for r in spec_regions(spec):
+        try:
+            rows.append(best(r, budget=budget, db=db))
+        except ArbiterError as e:
+            rows.append(_empty(r, budget_of(r, budget), "no answer", detail=one_line(str(e))))
+    return rows
+
+
+def check(spec: str | Path | Spec, *, lanes: Sequence[str] | str | None = None,
+          budget: float | None = None, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Every applicable, available lane's default config on every region, against the oracle,
+    each in the worker process (a lane that crashes or hangs is a status in the table)."""
+    chosen = usable_lanes(lanes)
+    rows = []
+    with Worker(timeout=timeout) as worker:
+        for region in spec_regions(spec):
+            b = budget_of(region, budget)
+            seeds = fresh_seeds()
+            for lane in chosen:
+                if lane.applies_to(region) is not None:
+                    continue
+                built = build_candidate(lane, region, lane.space(region).default)
+                m = built if isinstance(built, Measurement) else worker.check(
+                    lane.name, region, built, b, seeds=seeds, timing=None)
+                detail = "" if m.status is Status.OK else m.log.strip().splitlines()[-1:]
+                rows.append({"region": region.name, "lane": lane.name, "status": m.status.value,
+                             "rel_error": m.rel_error, "max_abs": m.max_abs, "budget": b,
+                             "detail": detail[0] if detail else ""})
+    return rows
+
+
+def _coerce(text: str, choices: Sequence[Any]) -> Any:
+    for c in choices:
+        if str(c) == text or (isinstance(c, bool) and text.lower() == str(c).lower()):
+            return c
+    raise ValueError(text)
+
+
+def parse_config(lane: Lane, region: Region, items: Sequence[str] | Mapping[str, Any]) -> Config:
+    """`k=v` strings (or a mapping) -> a complete, valid Config for this lane and region."""
+    space = lane.space(region)
+    choices = {t.name: t.choices for t in space.tunables}
+    values: dict[str, Any] = {}
+    pairs = items.items() if isinstance(items, Mapping) else (_split(s) for s in items)
+    for k, v in pairs:
+        if k not in choices:
+            raise ArbiterError(f"lane {lane.name}: unknown tunable {k!r} "
+                               f"(known: {', '.join(choices) or 'none'})")
+        try:
+            values[k] = _coerce(v, choices[k]) if isinstance(v, str) else v
+        except ValueError:
+            raise ArbiterError(f"lane {lane.name}: {k}={v} not among "
+                               f"{list(choices[k])}") from None
+    config = space.complete(values)
+    problem = space.violation(config)
+    if problem:
+        raise ArbiterError(f"lane {lane.name}: config {config} is invalid: {problem}")
+    return config
+
+
+def _split(item: str) -> tuple[str, str]:
+    k, sep, v = item.partition("=")
+    if not sep or not k.strip():
+        raise ArbiterError(f"--config expects K=V, got {item!r}")
+    return k.strip(), v.strip()
+
+
+def run(region: Region, *, lane: str | None = None,
+        config: Mapping[str, Any] | Sequence[str] | None = None, db: str | None = None,
+        **arrays: np.ndarray) -> np.ndarray:
+    """Compute `region` on `arrays` with one lane (the default config unless given); with no
+    lane, the recorded winner's lane and config for this machine."""
+    if lane is None:
+        if config:
+            raise ArbiterError("a config needs a lane; without one the recorded winner runs")
+        w = best(region, db=db)
+        lane, config = w["lane"], w["config"]
+    assert lane is not None
+    ln = get_lane(lane)
+    av = ln.available()
+    if not av:
+        raise LaneError(f"lane {lane!r} is not available here: {av.reason}")
+    why = ln.applies_to(region)
+    if why is not None:
+        raise LaneError(f"lane {lane!r} does not apply to {region.label}: {why}")
+    cfg = parse_config(ln, region, config or {})
+    inputs = validate_inputs(region, arrays)
+    built = build_candidate(ln, region, cfg)
+    if isinstance(built, Measurement):
+        raise ArbiterError(f"lane {lane!r} could not build {region.label}: "
+                           f"{built.status.value}: {built.log.strip().splitlines()[0]}")
+    runner = ln.runner(built, region)
+    try:
+        out = np.empty(output_shape(region), np.float32)
+        runner.run(inputs, out)
+    finally:
+        runner.close()
+    return out
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        return {}
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded as z:
+                return {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: not a readable .npz file ({e})") from None
+    raise InputError(f"{path}: one array (.npy), not an .npz file of named arrays")
+
+
+def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
+            config: Sequence[str], inputs: str, output: str, seed: int = 0,
+            db: str | None = None) -> dict[str, Any]:
+    """`arbiter run`: inputs from an npz (missing ones drawn and saved), result to an npz.
+    Without a lane the recorded winner runs."""
+    region = spec_regions(spec, [region_name])[0]
+    recorded = lane is None
+    if lane is None:
+        if config:
+            raise ArbiterError("--config needs --lane; without one the recorded winner runs")
+        w = best(region, db=db)
+        lane, config = w["lane"], [f"{k}={v}" for k, v in w["config"].items()]
+    in_path, out_path = Path(inputs), Path(output)
+    for path, what in ((in_path, "inputs"), (out_path, "output")):
+        if path.suffix != ".npz":  # (np.savez would add one to a name without it)
+            raise SpecError(f"{path}: {what} file must end in .npz")
+        written = path is out_path or not path.exists()  # (drawn inputs are saved)
+        if written and (not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
+            raise InputError(f"{path}: its directory does not exist or cannot be written")
+    arrays = _load_npz(in_path)
+    # "out": the output file of an earlier run, given as the inputs of this one
+    unknown = sorted(set(arrays) - set(input_shapes(region)) - {"out"})
+    if unknown:
+        raise InputError(f"{in_path}: {', '.join(unknown)} not among the inputs of "
+                         f"{region.label} ({', '.join(input_shapes(region))})")
+    drawn = random_inputs(region, seed)
+    missing = [n for n in input_shapes(region) if n not in arrays]
+    for n in missing:
+        arrays[n] = drawn[n]
+    named: dict[str, Any] = {n: arrays[n] for n in input_shapes(region)}
+    out = run(region, lane=lane, config=config, **named)
+    try:
+        if missing and not in_path.exists():
+            np.savez(in_path, **named)
+        np.savez(out_path, out=out, **named)
+    except OSError as e:
+        raise InputError(f"{e.filename or out_path}: cannot be written ({e.strerror or e})") \
+            from None
+    return {"lane": lane, "shape": out.shape, "drawn": missing, "recorded": recorded,
+            "config": str(parse_config(get_lane(lane), region, config))}
+

@@ -1,0 +1,99 @@
+"""The check of one loaded candidate: run it on fresh random inputs into a poisoned output
+and judge each output against the float64 reference."""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..lane import Runner, Status
+from ..region import Region, input_shapes, output_shape
+from ._compare import Verdict, compare, frobenius, poison
+from ._oracle import reference
+
+__all__ = ["Case", "cases", "fresh_seeds", "random_inputs", "verify"]
+
+
+def random_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
+    """Standard-normal float32 inputs; B is scaled by 1/sqrt(K) so the product has unit variance
+    and activations and reductions see values in their interesting range."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, shape in input_shapes(region).items():
+        a = rng.standard_normal(shape, dtype=np.float32)
+        if name == "B":
+            a *= np.float32(1.0 / np.sqrt(shape[0]))
+        arrays[name] = a
+    return arrays
+
+
+def fresh_seeds(n: int = 2) -> list[int]:
+    return [secrets.randbits(31) for _ in range(n)]
+
+
+@dataclass
+class Case:
+    """One seed's inputs (read-only, so an in-process lane cannot change what the next
+    candidate is checked on), the reference, and a copy of the inputs for timing (a kernel
+    that writes to its inputs while timed must not change the checked ones either)."""
+
+    seed: int
+    inputs: dict[str, np.ndarray]
+    reference: np.ndarray
+    norm: float
+    timing: dict[str, np.ndarray]
+
+
+def _frozen(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for a in arrays.values():
+        a.flags.writeable = False
+    return arrays
+
+
+def _case(region: Region, seed: int) -> Case:
+    arrays = _frozen(random_inputs(region, seed))
+    ref = reference(region, arrays)
+    return Case(seed, arrays, ref, frobenius(ref),
+                _frozen({k: a.copy() for k, a in arrays.items()}))
+
+
+# The float64 reference runs once per region and seed in a worker, not once per candidate.
+# A sweep goes region by region, and a large region's cases take GBs: few are kept.
+_CASES: OrderedDict[tuple[Region, int], Case] = OrderedDict()
+KEEP_CASES = 2
+
+
+def cases(region: Region, seeds: list[int]) -> list[Case]:
+    """Each seed's Case, made on first use."""
+    for seed in seeds:
+        key = (region, seed)
+        if key not in _CASES:
+            _CASES[key] = _case(region, seed)
+        _CASES.move_to_end(key)
+    while len(_CASES) > max(KEEP_CASES, len(seeds)):
+        _CASES.popitem(last=False)
+    return [_CASES[(region, s)] for s in seeds]
+
+
+def verify(runner: Runner, region: Region, budget: float,
+           seeds: list[int]) -> tuple[Verdict, str]:
+    """Run on each seed's inputs into a poisoned output, then compare; the first failure or
+    the worst error, with a log line per seed."""
+    worst: Verdict | None = None
+    log = []
+    for case in cases(region, seeds):
+        out = np.empty(output_shape(region), np.float32)
+        poison(out)
+        runner.run(case.inputs, out)
+        v = compare(out, case.reference, budget, case.norm)
+        log.append(f"seed {case.seed}: {v.status.value} rel_error={v.rel_error} "
+                   f"{v.detail}".rstrip())
+        if v.status is not Status.OK:
+            return v, "\n".join(log)
+        if worst is None or (v.rel_error or 0.0) > (worst.rel_error or 0.0):
+            worst = v
+    assert worst is not None
+    return worst, "\n".join(log)

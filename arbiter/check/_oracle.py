@@ -1,0 +1,169 @@
+"""The float64 numpy reference every lane is judged against."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..lane import validate_inputs
+from ..region import (
+    AttentionRegion,
+    Epilogue,
+    FusedRegion,
+    Pointwise,
+    Reduction,
+    Region,
+    RowwiseRegion,
+    output_shape,
+)
+
+__all__ = ["reference"]
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+# The chain's ops work in place on a float64 block of rows the chain owns, so a large region
+# needs no full-size temporaries. Each keeps its formula's order of operations, so the results
+# are the formulas' to the bit (tests/test_oracle.py).
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x * x * x)))"""
+    a = 0.044715 * x
+    a *= x
+    a *= x
+    a += x
+    a *= _GELU_C
+    np.tanh(a, out=a)
+    a += 1.0
+    x *= 0.5
+    x *= a
+    return x
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """0.5 * (1 + tanh(0.5 * x)): the overflow-free form of 1 / (1 + exp(-x))"""
+    x *= 0.5
+    np.tanh(x, out=x)
+    x += 1.0
+    x *= 0.5
+    return x
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    x *= _sigmoid(x.copy())
+    return x
+
+
+POINTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda x: np.maximum(x, 0.0, out=x),
+    "gelu": _gelu,
+    "silu": _silu,
+    "sigmoid": _sigmoid,
+    "tanh": lambda x: np.tanh(x, out=x),
+}
+
+
+def _softmax(x: np.ndarray, eps: float) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)), row by row"""
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x * x) + eps), row by row"""
+    x /= np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x
+
+
+def _layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    """(x - mean) / sqrt(mean((x - mean)^2) + eps), row by row"""
+    x -= x.mean(axis=-1, keepdims=True)
+    x /= np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x
+
+
+REDUCTIONS = {"softmax": _softmax, "rmsnorm": _rmsnorm, "layer_norm": _layer_norm}
+
+
+def _chain(
+    x: np.ndarray,
+    epilogue: tuple[Epilogue, ...],
+    bias: np.ndarray | None,
+    residual: np.ndarray | None,
+    reduction: Reduction | None,
+    eps: float,
+) -> None:
+    """The ops after the matmul, on the float64 block `x` in place (a float32 residual is
+    added as float64: the cast is exact)."""
+    for op in epilogue:
+        if op is Epilogue.BIAS:
+            x += bias
+        else:
+            POINTWISE[op.value](x)
+    if residual is not None:
+        x += residual
+    if reduction is not None:
+        REDUCTIONS[reduction.value](x, eps)
+
+
+def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    i = np.arange(region.seq_q)[:, None]
+    j = np.arange(region.seq_k)[None, :]
+    visible = j <= i + (region.seq_k - region.seq_q) if region.causal else None
+    out = np.empty(q.shape, np.float64)
+    # one (batch, head) at a time through BLAS: the full score tensor of a large region would
+    # not fit in memory, and einsum would not use BLAS
+    for b in range(region.batch):
+        for h in range(region.heads):
+            s = (q[b, h] @ k[b, h].T) * region.scale
+            if visible is not None:
+                s = np.where(visible, s, -np.inf)
+            m = s.max(axis=-1, keepdims=True)
+            dead = ~np.isfinite(m)  # rows that see no key output zeros
+            p = np.exp(s - np.where(dead, 0.0, m))
+            o = (p @ v[b, h]) / np.where(dead, 1.0, p.sum(axis=-1, keepdims=True))
+            out[b, h] = np.where(dead, 0.0, o)
+    return out
+
+
+# Rows per block of a matmul/rowwise reference: the chain's float64 temporaries stay small.
+BLOCK_ELEMENTS = 1 << 16
+
+
+def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The region's exact result in float64, from validated float32 inputs."""
+    return _reference(region, validate_inputs(region, arrays))
+
+
+def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
+    if isinstance(region, AttentionRegion):
+        return _attention(region, *(a[k].astype(np.float64) for k in ("q", "k", "v")))
+    if isinstance(region, FusedRegion):
+        rows, b = a["A"], a["B"].astype(np.float64)
+    elif isinstance(region, RowwiseRegion):
+        rows, b = a["X"], None
+    else:
+        raise TypeError(f"not a region: {region!r}")
+    bias = a["bias"].astype(np.float64) if "bias" in a else None
+    residual = a.get("residual")
+    out = np.empty(output_shape(region), np.float64)
+    step = max(1, BLOCK_ELEMENTS // out.shape[1])
+    # every op after the matmul works row by row, so each block of rows is done in full, in
+    # its place in the result
+    for s in range(0, out.shape[0], step):
+        block = out[s:s + step]
+        if b is not None:
+            x = rows[s:s + step].astype(np.float64)
+            for op in region.prologue:  # type: ignore[union-attr]
+                POINTWISE[Pointwise(op).value](x)
+            block[...] = x @ b
+        else:
+            block[...] = rows[s:s + step]
+        _chain(block, region.epilogue, bias,
+               residual[s:s + step] if residual is not None else None, region.reduction,
+               region.eps)
+    return out

@@ -1,0 +1,43 @@
+"""What every runner checks before native code sees an array."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .._errors import InputError
+from ..region import Region, input_shapes, output_shape
+
+__all__ = ["validate_inputs", "validate_output"]
+
+
+def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Check every array the region needs: present, float32, right shape.
+
+    Returns the arrays to pass to native code (C-contiguous). Extra arrays are ignored.
+    Raises one `InputError` naming the first problem.
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, shape in input_shapes(region).items():
+        if name not in arrays or arrays[name] is None:
+            raise InputError(f"{region.label}: missing input {name!r} of shape {shape}")
+        a = arrays[name]
+        if not isinstance(a, np.ndarray):
+            raise InputError(f"{region.label}: input {name!r} is {type(a).__name__}, not an array")
+        if a.dtype != np.float32:
+            raise InputError(f"{region.label}: input {name!r} has dtype {a.dtype}, need float32")
+        if a.shape != shape:
+            raise InputError(f"{region.label}: input {name!r} has shape {a.shape}, need {shape}")
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+def validate_output(region: Region, out: object) -> np.ndarray:
+    shape = output_shape(region)
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape:
+        got = getattr(out, "shape", None), getattr(out, "dtype", None)
+        raise InputError(f"{region.label}: output must be float32 {shape}, got {got}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise InputError(f"{region.label}: output must be a writeable C-contiguous array")
+    return out

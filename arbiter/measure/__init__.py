@@ -1,0 +1,30 @@
+"""How fast: candidates built in batches, checked and timed in an isolated worker process on
+a quiet machine, and the statistics that decide between them."""
+
+from __future__ import annotations
+
+from ._builds import build_all, build_candidate
+from ._load import BUSY, Load
+from ._measurement import Measurement
+from ._stats import (
+    EQUIVALENCE,
+    FASTER,
+    ROUND_CALLS,
+    TIE,
+    UNRESOLVED,
+    Comparison,
+    Estimate,
+    compare_rounds,
+    estimate,
+    median_interval,
+    round_values,
+)
+from ._trial import Timing, timing_samples
+from ._worker import MAX_TIMEOUT, Worker, checked_timeout
+
+__all__ = [
+    "BUSY", "EQUIVALENCE", "FASTER", "MAX_TIMEOUT", "ROUND_CALLS", "TIE", "UNRESOLVED",
+    "Comparison", "Estimate", "Load", "Measurement", "Timing", "Worker", "build_all",
+    "build_candidate", "checked_timeout", "compare_rounds", "estimate", "median_interval",
+    "round_values", "timing_samples",
+]

@@ -1,0 +1,40 @@
+"""What happened: the record store (SQLAlchemy models, sessions, migrations), the environment
+fingerprint a record belongs to, and the one-sweep-per-SQLite-file lock."""
+
+from __future__ import annotations
+
+from ._fingerprint import Fingerprint, fingerprint
+from ._lock import one_sweep
+from ._models import (
+    FINAL,
+    SCHEMA_REVISION,
+    SWEEP,
+    VERIFY,
+    Base,
+    CandidateModel,
+    CeilingModel,
+    EnvironmentModel,
+    LaneModel,
+    MeasurementModel,
+    RegionModel,
+    WinnerModel,
+)
+from ._records import Records, Result, finite
+from ._session import (
+    alembic_config,
+    close_engines,
+    engine_for,
+    require_current,
+    revision_of,
+    session_scope,
+    sqlite_path,
+    upgrade,
+)
+
+__all__ = [
+    "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel", "CeilingModel",
+    "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel", "Records",
+    "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines", "engine_for",
+    "finite", "fingerprint", "one_sweep", "require_current", "revision_of", "session_scope",
+    "sqlite_path", "upgrade",
+]

@@ -1,0 +1,248 @@
+"""Engines, the one session helper that turns database errors into StoreError, and the schema:
+created at the head on first use, refused (with the upgrade command) when older or newer.
+
+SQLite gets WAL, a busy timeout and foreign keys on every connection; any other SQLAlchemy URL
+(PostgreSQL for many workers) is used as given. Alembic is imported only by `upgrade`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from .._errors import StoreError
+from ._models import SCHEMA_REVISION, VERSION_TABLE, Base
+
+__all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for",
+           "once_more_on_conflict", "require_current", "revision_of", "session_scope",
+           "sqlite_path", "upgrade"]
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+KEPT = 8  # databases whose engine one process keeps open (a notebook going through many)
+
+
+def sqlite_pragmas(dbapi_conn: Any, _record: Any = None) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    # switching a new file to WAL answers "locked" at once, busy handler or not, while another
+    # process switches it too: retried for as long as the busy timeout allows
+    for attempt in range(BUSY_TIMEOUT_MS // 10):
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            if attempt == BUSY_TIMEOUT_MS // 10 - 1:
+                raise
+            time.sleep(0.01)
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file behind a SQLite URL (None: another database, or SQLite in memory)."""
+    try:
+        u = make_url(url)
+    except (ValueError, ArgumentError):
+        return None
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return u.database
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return None if st is None else (st.st_dev, st.st_ino)
+
+
+_ENGINES: OrderedDict[str, tuple[tuple[int, int] | None, Engine]] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _new_engine(url: str) -> Engine:
+    try:
+        engine = create_engine(url)
+    except (SQLAlchemyError, ValueError, ImportError) as e:
+        raise StoreError(f"cannot open database {url!r}: {e}") from e
+    if engine.dialect.name == "sqlite":
+        if sqlite_path(url) is None:
+            engine.dispose()
+            raise StoreError(f"database {url}: SQLite in memory is not supported (each "
+                             "connection, Optuna's among them, would see a database of its "
+                             "own, and the records would be gone when the process ends): "
+                             "give a file, e.g. sqlite:///arbiter.db")
+        event.listen(engine, "connect", sqlite_pragmas)
+    return engine
+
+
+def engine_for(url: str) -> Engine:
+    """One engine per URL and process, made again when a SQLite file was deleted or replaced
+    since (pooled connections to a deleted file would write into it, and the records would
+    be lost); the least recently used beyond `KEPT` are closed."""
+    path = sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        try:  # made here, so the engine is known to be this file's
+            open(path, "ab").close()
+        except (OSError, ValueError) as e:
+            raise StoreError(f"cannot open database {url!r}: {e}") from e
+    with _LOCK:
+        ident = _identity(path)
+        known = _ENGINES.pop(url, None)
+        if known is not None and known[0] == ident:
+            _ENGINES[url] = known
+            return known[1]
+        if known is not None:
+            known[1].dispose()
+        engine = _new_engine(url)
+        _ENGINES[url] = (ident, engine)
+        while len(_ENGINES) > KEPT:
+            _ENGINES.popitem(last=False)[1][1].dispose()
+        return engine
+
+
+def close_engines() -> None:
+    with _LOCK:
+        while _ENGINES:
+            _ENGINES.popitem()[1][1].dispose()
+
+
+def _store_error(url: str, e: SQLAlchemyError) -> StoreError:
+    return StoreError(f"database {url}: {type(e).__name__}: {e.args[0] if e.args else e}")
+
+
+@contextlib.contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    """A session committed on success, rolled back on error; DB errors become StoreError."""
+    session = Session(engine_for(url), expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as e:
+        session.rollback()
+        raise _store_error(url, e) from e
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def once_more_on_conflict(fn: Callable[[], T]) -> T:
+    """`fn()`, run again when another process inserted the same unique row first (two sweeps
+    starting on one database at once): the second run finds the row."""
+    try:
+        return fn()
+    except StoreError as e:
+        if not isinstance(e.__cause__, IntegrityError):
+            raise
+    return fn()
+
+
+def _revision(conn: Connection) -> str | None:
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+def revision_of(url: str) -> str | None:
+    """Our schema revision in the database; None when it holds no Arbiter tables yet."""
+    try:
+        with engine_for(url).connect() as conn:
+            return _revision(conn)
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot read database {url}: {e}") from e
+
+
+def require_current(url: str, *, create: bool = True) -> None:
+    """Create a fresh database at the current schema; refuse an older or newer one."""
+    path = sqlite_path(url)
+    if not create and path is not None and not os.path.exists(path):
+        raise StoreError(f"database {url}: no such file (run `arbiter tune` first)")
+    rev = revision_of(url)
+    if rev == SCHEMA_REVISION:
+        return
+    if rev is None:
+        if not create:
+            raise StoreError(f"database {url} holds no Arbiter records (run `arbiter tune` first)")
+        _create(url)
+        return
+    if rev < SCHEMA_REVISION:
+        raise StoreError(f"database {url} is at schema {rev}, this arbiter needs "
+                         f"{SCHEMA_REVISION}: run `arbiter db upgrade --db {url}`")
+    raise StoreError(f"database {url} is at schema {rev}, newer than this arbiter "
+                     f"({SCHEMA_REVISION}): upgrade arbiter")
+
+
+def _create(url: str) -> None:
+    """The models' tables, stamped with the head revision in our version table (Alembic's
+    "create_all, then stamp" recipe); one process does it while others wait for its stamp."""
+    from sqlalchemy import Column, MetaData, String, Table
+
+    version = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32),
+                                                      primary_key=True))
+    engine = engine_for(url)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":  # the write lock first: one creator at a time
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.begin()
+            if _revision(conn) is None:  # read again under the lock: made meanwhile?
+                Base.metadata.create_all(conn)
+                version.create(conn, checkfirst=True)
+                conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("COMMIT")
+            else:
+                conn.commit()
+    except SQLAlchemyError as e:
+        for _ in range(100):  # another process creating it without SQLite's lock won
+            if revision_of(url) == SCHEMA_REVISION:
+                return
+            time.sleep(0.05)
+        raise StoreError(f"cannot create database {url}: {e}") from e
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    import arbiter.db
+
+    here = Path(arbiter.db.__file__).parent
+    cfg = Config(str(here / "alembic.ini"))
+    cfg.set_main_option("script_location", str(here))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Migrate the database to `revision`; returns (before, after)."""
+    from alembic import command
+
+    before = revision_of(url)
+    cfg = alembic_config(url)
+    try:
+        with engine_for(url).begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as e:
+        raise StoreError(f"database {url}: upgrade failed: {e}") from e
+    return before, revision_of(url)

@@ -1,0 +1,23 @@
+"""What is tuned: the ops, the three region kinds, their arrays, and spec files."""
+
+from __future__ import annotations
+
+from ._ops import Epilogue, Pointwise, Reduction, parse_op
+from ._region import (
+    DEFAULT_BUDGET,
+    AttentionRegion,
+    FusedRegion,
+    Region,
+    RowwiseRegion,
+    input_shapes,
+    is_real,
+    output_shape,
+    region_from_canonical,
+)
+from ._spec import Spec, load_spec, parse_spec
+
+__all__ = [
+    "DEFAULT_BUDGET", "AttentionRegion", "Epilogue", "FusedRegion", "Pointwise", "Reduction",
+    "Region", "RowwiseRegion", "Spec", "input_shapes", "is_real", "load_spec", "output_shape",
+    "parse_op", "parse_spec", "region_from_canonical",
+]

@@ -1,0 +1,146 @@
+"""Spec files: TOML with one [[region]] table per region. Errors name file, region, field."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import RegionError, SpecError
+from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Spec", "load_spec", "parse_spec"]
+
+_NUM = (int, float)
+# field -> (accepted types, type name for messages); one table, shared by all kinds
+_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "name": (str, "string"),
+    "kind": (str, "string"),
+    "M": (int, "integer"),
+    "N": (int, "integer"),
+    "K": (int, "integer"),
+    "batch": (int, "integer"),
+    "heads": (int, "integer"),
+    "seq_q": (int, "integer"),
+    "seq_k": (int, "integer"),
+    "head_dim": (int, "integer"),
+    "prologue": (list, "list of op names"),
+    "epilogue": (list, "list of op names"),
+    "residual": (bool, "boolean"),
+    "causal": (bool, "boolean"),
+    "reduction": (str, "string"),
+    "eps": (_NUM, "number"),
+    "scale": (_NUM, "number"),
+    "budget": (_NUM, "number"),
+}
+_KINDS = {
+    "fused": (
+        FusedRegion,
+        ("M", "N", "K"),
+        ("prologue", "epilogue", "residual", "reduction", "eps"),
+    ),
+    "rowwise": (RowwiseRegion, ("M", "N"), ("epilogue", "residual", "reduction", "eps")),
+    "attention": (
+        AttentionRegion,
+        ("batch", "heads", "seq_q", "head_dim"),
+        ("seq_k", "causal", "scale"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    regions: tuple[Region, ...]
+
+    def __iter__(self) -> Iterator[Region]:
+        return iter(self.regions)
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.regions]
+
+    def get(self, name: str) -> Region:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise SpecError(f"{self.path}: no region named {name!r} (have: {', '.join(self.names())})")
+
+
+def _region(path: str, index: int, table: object) -> Region:
+    where = f"{path}: region #{index + 1}"
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: expected a table, got {type(table).__name__}")
+    name = table.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{where}: field 'name': required, a non-empty string")
+    if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise SpecError(
+            f"{where}: field 'name': use letters, digits, '_', '-', '.' only ({name!r})"
+        )
+    where = f"{path}: region {name!r}"
+    kind = table.get("kind", "fused")
+    if kind not in _KINDS:
+        raise SpecError(
+            f"{where}: field 'kind': unknown kind {kind!r} (valid: {', '.join(_KINDS)})"
+        )
+    cls, required, optional = _KINDS[kind]
+    allowed = {"name", "kind", "budget", *required, *optional}
+    for key, value in table.items():
+        if key not in allowed:
+            raise SpecError(
+                f"{where}: field {key!r}: not a field of a {kind} region "
+                f"(valid: {', '.join(sorted(allowed))})"
+            )
+        types, tname = _TYPES[key]
+        if isinstance(value, bool) and types is not bool:
+            raise SpecError(f"{where}: field {key!r}: expected {tname}, got boolean")
+        if not isinstance(value, types):
+            raise SpecError(f"{where}: field {key!r}: expected {tname}, got {type(value).__name__}")
+    for key in required:
+        if key not in table:
+            raise SpecError(f"{where}: field {key!r}: required for a {kind} region")
+    args = {k: v for k, v in table.items() if k not in ("kind",)}
+    try:
+        return cls(**args)
+    except RegionError as e:
+        detail = str(e).removeprefix(f"{name}: ")
+        raise SpecError(f"{where}: {detail}") from None
+
+
+def parse_spec(text: str, path: str = "<spec>") -> Spec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML: {e}") from None
+    extra = [k for k in data if k != "region"]
+    if extra:
+        raise SpecError(f"{path}: unknown top-level key {extra[0]!r} (expected [[region]] tables)")
+    tables = data.get("region")
+    if not isinstance(tables, list) or not tables:
+        raise SpecError(f"{path}: no [[region]] tables")
+    regions: list[Region] = []
+    seen: set[str] = set()
+    for i, t in enumerate(tables):
+        r = _region(path, i, t)
+        if r.name in seen:
+            raise SpecError(f"{path}: region {r.name!r}: field 'name': duplicate name")
+        seen.add(r.name)
+        regions.append(r)
+    return Spec(path, tuple(regions))
+
+
+def load_spec(path: str | Path) -> Spec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such spec file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{p}: cannot read: {e}") from None
+    return parse_spec(text, str(p))

@@ -1,0 +1,49 @@
+"""What one region's sweep will do, decided from the records before any measurement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lane import ENUMERABLE, Lane, Space, Status
+from ..records import Result
+
+__all__ = ["Plan", "plan"]
+
+
+def _size(space: Space) -> int | None:
+    return space.size() if space.combinations() <= ENUMERABLE else None
+
+
+@dataclass
+class Plan:
+    lanes: dict[str, Lane]  # applicable and available, by name
+    spaces: dict[str, Space]
+    target: int  # distinct candidates to have measured when done (refused configs aside)
+    measured: dict[tuple[str, str], Result] = field(default_factory=dict)  # (lane, config key)
+    sizes: dict[str, int | None] = field(default_factory=dict)  # None: too many to list
+
+    @property
+    def needed(self) -> int:
+        # a config the lane's rules (or its emitter) refuse costs no build and no run, so it
+        # does not use up the trial budget; it is still recorded, so it is never asked again
+        tried = sum(1 for r in self.measured.values() if r.status is not Status.INVALID)
+        return max(0, self.target - tried)
+
+    @property
+    def listed(self) -> bool:
+        """Is the whole space within the trial budget (enumerated, never sampled)?"""
+        sizes = list(self.sizes.values())
+        return all(n is not None for n in sizes) and sum(sizes) <= self.target  # type: ignore[misc]
+
+
+def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int) -> Plan:
+    chosen = {ln.name: ln for ln in lanes}
+    spaces = {n: ln.space(region) for n, ln in chosen.items()}
+    measured = {(r.lane, r.config.key): r for r in results if r.lane in chosen}
+    p = Plan(chosen, spaces, trials, measured)
+    if p.needed:  # (a finished sweep run again walks no space)
+        p.sizes = {n: _size(s) for n, s in spaces.items()}
+        if p.listed:
+            p.target = min(trials, sum(p.sizes.values()))  # type: ignore[arg-type]
+    return p

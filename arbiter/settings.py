@@ -1,0 +1,75 @@
+"""Typed settings read from ARBITER_* environment variables, in one place.
+
+Read fresh on every call (`settings()`), so worker processes and tests see the same values;
+`override(...)` sets them for a `with` block (tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Settings", "override", "settings"]
+
+_ENV = {
+    "cache_dir": "ARBITER_CACHE_DIR",
+    "db": "ARBITER_DB",
+    "rocm_arch": "ARBITER_ROCM_ARCH",
+    "cuda_arch": "ARBITER_CUDA_ARCH",
+    "extra_lanes": "ARBITER_EXTRA_LANES",
+    "cc": "ARBITER_CC",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    cache_dir: Path
+    db: str
+    rocm_arch: str | None
+    cuda_arch: str | None
+    extra_lanes: str  # "name=module:attr,..." lanes registered without an entry point
+    cc: str
+
+
+def _default_cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("arbiter")) / "build"
+
+
+def settings() -> Settings:
+    """The settings the environment holds now."""
+    env = {k: os.environ.get(v) or None for k, v in _ENV.items()}
+    return Settings(
+        cache_dir=Path(env["cache_dir"]) if env["cache_dir"] else _default_cache_dir(),
+        db=env["db"] or "sqlite:///arbiter.db",
+        rocm_arch=env["rocm_arch"],
+        cuda_arch=env["cuda_arch"],
+        extra_lanes=env["extra_lanes"] or "",
+        cc=env["cc"] or "gcc",
+    )
+
+
+@contextlib.contextmanager
+def override(**values: object) -> Iterator[None]:
+    """Set settings for the duration of a block; None removes the variable."""
+    unknown = set(values) - set(_ENV)
+    if unknown:
+        raise KeyError(f"unknown settings: {sorted(unknown)}")
+    saved = {k: os.environ.get(_ENV[k]) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(_ENV[k], None)
+            else:
+                os.environ[_ENV[k]] = str(v)
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(_ENV[k], None)
+            else:
+                os.environ[_ENV[k]] = old

@@ -1,0 +1,124 @@
+"""One region's sweep, from the plan to a declared winner.
+
+The search proposes a batch of candidates; they build in parallel; then the worker checks and
+times each one in turn, with nothing else running; each result is recorded the moment it comes
+back and told to the search. When the trial budget is spent, the finalists are re-timed in
+interleaved rounds and the winner is declared (`choose.decide`). What is already measured on
+this machine is never measured again, so a killed sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .check import fresh_seeds
+from .choose import Choice, decide, finalists
+from .lane import Artifact, Lane, Status, usable_cores
+from .measure import BUSY, Measurement, Timing, Worker, build_all
+from .records import FINAL, Records, Result
+from .region import Region
+from .search import Plan, Search, mirror, study_name
+
+__all__ = ["Options", "RegionSweep", "sweep_region"]
+
+
+@dataclass(frozen=True)
+class Options:
+    trials: int = 30
+    sampler: str = "tpe"
+    seed: int | None = None
+    timing: Timing = field(default_factory=Timing)
+    refinal: bool = False  # re-time the finalists even when nothing new was measured
+
+
+@dataclass
+class RegionSweep:
+    """What a region's sweep did."""
+
+    new: int = 0
+    reused: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    choice: Choice | None = None
+
+
+class _Busy:
+    """Says once per process run that the machine was busy while timing."""
+
+    told = False
+
+    @classmethod
+    def note(cls, m: Measurement, timing: Timing) -> None:
+        if cls.told or not (m.waited > 0 or (m.load is not None and m.load > BUSY)):
+            return
+        cls.told = True
+        share = "" if m.load is None else f" (others used {m.load:.0%} of this process's CPUs)"
+        print(f"arbiter: the machine is busy{share}: each timing waits up to {timing.wait:g} s "
+              "for it to quiet down, and every measurement records the load it was taken "
+              "under", file=sys.stderr, flush=True)
+
+
+def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, region_id: int,
+                 env_id: int, lane_ids: dict[str, int], fingerprint: str, budget: float,
+                 ceiling: float, opts: Options,
+                 on_trial: Callable[[str, Result], None] | None = None) -> RegionSweep:
+    out = RegionSweep(reused=len(p.measured))
+    seeds = fresh_seeds(2)  # fresh inputs for every sweep, shared by its candidates
+    search = Search(p, opts.sampler, opts.seed, budget)
+
+    def record(lane: str, config: Any, m: Measurement, kind: str = "sweep") -> Result:
+        r = records.record(region_id, env_id, lane_ids[lane], config, m, budget, kind)
+        _Busy.note(m, opts.timing)
+        return r
+
+    while p.needed > 0:
+        batch = search.propose(usable_cores())
+        if not batch:
+            break
+        built = build_all([(p.lanes[b.lane], region, b.config) for b in batch])
+        for proposal, artifact in zip(batch, built):
+            m = artifact if isinstance(artifact, Measurement) else worker.check(
+                proposal.lane, region, artifact, budget, seeds=seeds, ceiling=ceiling,
+                timing=opts.timing)
+            r = record(proposal.lane, proposal.config, m)
+            search.told(proposal, r)
+            out.new += 1
+            out.statuses[r.status.value] = out.statuses.get(r.status.value, 0) + 1
+            if on_trial:
+                on_trial(proposal.lane, r)
+    if out.new:
+        mirror(records.url, study_name(region, fingerprint, p), p, budget)
+    if out.new or opts.refinal or not records.winners(region_id, env_id, budget):
+        out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
+        if out.choice is not None:
+            records.save_winner(region_id, env_id, budget, out.choice.stored())
+    return out
+
+
+def _finals(region: Region, p: Plan, records: Records, worker: Worker, seeds: list[int],
+            budget: float, timing: Timing,
+            record: Callable[..., Result]) -> Choice | None:
+    """Re-time the finalists interleaved and decide among those numbers. A finalist that
+    no longer builds or passes is left out; if the re-timing itself dies (a flaky kernel),
+    it is run once more without the ones that fail alone."""
+    top = finalists(list(p.measured.values()), budget)
+    entries: list[tuple[Result, Lane, Artifact]] = []
+    for r, a in zip(top, build_all([(p.lanes[r.lane], region, r.config) for r in top])):
+        if isinstance(a, Measurement):
+            record(r.lane, r.config, a, FINAL)
+        else:
+            entries.append((r, p.lanes[r.lane], a))
+    if not entries:
+        return None
+    ms = worker.finals(region, [(lane.name, a) for _, lane, a in entries], budget, seeds=seeds,
+                       timing=timing)
+    if len(entries) > 1 and all(m.status in (Status.CRASHED, Status.TIMEOUT) for m in ms):
+        alone = [worker.check(lane.name, region, a, budget, seeds=seeds, timing=None)
+                 for _, lane, a in entries]
+        entries = [e for e, m in zip(entries, alone) if m.status is Status.OK]
+        ms = worker.finals(region, [(lane.name, a) for _, lane, a in entries], budget,
+                           seeds=seeds, timing=timing) if entries else []
+    final = [(record(r.lane, r.config, m, FINAL), m) for (r, _, _), m in zip(entries, ms)]
+    return decide(final, timing.band)
