@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
 
-from ._errors import ArbiterError, InputError, LaneError, SpecError, one_line
-from .check import budget_of, checked_budget, fresh_seeds, random_inputs
+from ._errors import ArbiterError, LaneError, one_line
+from .check import budget_of, checked_budget, fresh_seeds
 from .choose import choose, winner_that_stands
 from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
-from .region import Region, Spec, input_shapes, load_spec, output_shape
+from .region import Region, Spec, load_spec, output_shape
 from .settings import settings
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "best_rows", "check", "lane_table",
-           "parse_config", "run", "run_npz", "spec_regions", "tune", "usable_lanes"]
+           "parse_config", "run", "spec_regions", "tune", "usable_lanes"]
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
 DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
@@ -180,9 +178,9 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
                                     opts=opts, on_trial=tick)
                 counts = {"new_trials": done.new, "reused_trials": done.reused,
                           "statuses": done.statuses}
-                [w] = records.winners(region_id, env_id, b) or [None]
-                rows.append(_empty(region, b, "no candidate within budget", **counts)
-                            if w is None else _winner_row(region, b, w, **counts))
+                declared = records.winners(region_id, env_id, b)
+                rows.append(_winner_row(region, b, declared[0], **counts) if declared
+                            else _empty(region, b, "no candidate within budget", **counts))
         finally:
             bar.close()
     return rows
@@ -394,59 +392,3 @@ def run(region: Region, *, lane: str | None = None,
     finally:
         runner.close()
     return out
-
-
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    if not path.exists():
-        return {}
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded as z:
-                return {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: not a readable .npz file ({e})") from None
-    raise InputError(f"{path}: one array (.npy), not an .npz file of named arrays")
-
-
-def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
-            config: Sequence[str], inputs: str, output: str, seed: int = 0,
-            db: str | None = None) -> dict[str, Any]:
-    """`arbiter run`: inputs from an npz (missing ones drawn and saved), result to an npz.
-    Without a lane the recorded winner runs."""
-    region = spec_regions(spec, [region_name])[0]
-    recorded = lane is None
-    if lane is None:
-        if config:
-            raise ArbiterError("--config needs --lane; without one the recorded winner runs")
-        w = best(region, db=db)
-        lane, config = w["lane"], [f"{k}={v}" for k, v in w["config"].items()]
-    in_path, out_path = Path(inputs), Path(output)
-    for path, what in ((in_path, "inputs"), (out_path, "output")):
-        if path.suffix != ".npz":  # (np.savez would add one to a name without it)
-            raise SpecError(f"{path}: {what} file must end in .npz")
-        written = path is out_path or not path.exists()  # (drawn inputs are saved)
-        if written and (not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
-            raise InputError(f"{path}: its directory does not exist or cannot be written")
-    arrays = _load_npz(in_path)
-    # "out": the output file of an earlier run, given as the inputs of this one
-    unknown = sorted(set(arrays) - set(input_shapes(region)) - {"out"})
-    if unknown:
-        raise InputError(f"{in_path}: {', '.join(unknown)} not among the inputs of "
-                         f"{region.label} ({', '.join(input_shapes(region))})")
-    drawn = random_inputs(region, seed)
-    missing = [n for n in input_shapes(region) if n not in arrays]
-    for n in missing:
-        arrays[n] = drawn[n]
-    named: dict[str, Any] = {n: arrays[n] for n in input_shapes(region)}
-    out = run(region, lane=lane, config=config, **named)
-    try:
-        if missing and not in_path.exists():
-            np.savez(in_path, **named)
-        np.savez(out_path, out=out, **named)
-    except OSError as e:
-        raise InputError(f"{e.filename or out_path}: cannot be written ({e.strerror or e})") \
-            from None
-    return {"lane": lane, "shape": out.shape, "drawn": missing, "recorded": recorded,
-            "config": str(parse_config(get_lane(lane), region, config))}
-

@@ -40,10 +40,9 @@ import numpy as np
 from arbiter.lanes.fa2 import lane as fa2
 
 from arbiter import random_inputs
-from arbiter._inputs import output_shape, poison
-from arbiter._lane import build_candidate
-from arbiter._region import AttentionRegion
-from arbiter._values import Measurement
+from arbiter.check import poison
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import AttentionRegion, output_shape
 
 WARMUP, REPEATS = 5, 20
 

@@ -48,11 +48,10 @@ from arbiter.lanes.vendor_numpy import lane as numpy_lane  # noqa: E402
 from arbiter.lanes.x86_c import lane as x86  # noqa: E402
 
 from arbiter import FusedRegion, Measurement, RowwiseRegion, Status, random_inputs  # noqa: E402
-from arbiter._inputs import input_shapes, output_shape, poison  # noqa: E402
-from arbiter._lane import build_candidate  # noqa: E402
-from arbiter._oracle import budget_of, compare, reference  # noqa: E402
-from arbiter._parts import usable_cores  # noqa: E402
-from arbiter._timing import HOST_METHOD, time_host  # noqa: E402
+from arbiter.check import budget_of, compare, poison, reference  # noqa: E402
+from arbiter.lane import HOST_METHOD, time_host, usable_cores  # noqa: E402
+from arbiter.measure import build_candidate  # noqa: E402
+from arbiter.region import input_shapes, output_shape  # noqa: E402
 
 S = 4096
 REGIONS = [

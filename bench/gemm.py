@@ -78,7 +78,7 @@ def _region(shape):
 
 
 def _inputs(shape, seed):
-    from arbiter._inputs import random_inputs
+    from arbiter.check import random_inputs
 
     return random_inputs(_region(shape), seed)
 
@@ -159,9 +159,8 @@ def baselines(torch, shape, host_sets, warmup, repeats):
 
 
 def _build_all(items):
-    from arbiter._lane import build_candidate
-    from arbiter._registry import get_lane
-    from arbiter._values import Config
+    from arbiter.lane import Config, get_lane
+    from arbiter.measure import build_candidate
 
     lane = get_lane("wmma_gemm")
 
@@ -181,9 +180,10 @@ def _build_all(items):
 
 
 def time_wmma(torch, shape, cfg, built, host_sets, ref, warmup, repeats):
-    from arbiter._inputs import output_shape, poison
-    from arbiter._registry import get_lane
-    from arbiter._values import Measurement
+    from arbiter.check import poison
+    from arbiter.lane import get_lane
+    from arbiter.measure import Measurement
+    from arbiter.region import output_shape
 
     if isinstance(built, Measurement):
         return {"status": built.status.value, "log": built.log[-2000:]}
@@ -209,8 +209,7 @@ def _time_skip_convert(torch, shape, row, host_sets, warmup, repeats):
     what the GEMM itself takes. Timing only; the output is stale after the first set."""
     import dataclasses
 
-    from arbiter._registry import get_lane
-    from arbiter._values import Config, KernelSource
+    from arbiter.lane import Config, KernelSource, get_lane
 
     lane = get_lane("wmma_gemm")
     region = _region(shape)

@@ -23,11 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from arbiter import FusedRegion, RowwiseRegion, random_inputs
-from arbiter._inputs import input_shapes, output_shape, poison
-from arbiter._lane import build_candidate
-from arbiter._oracle import compare, reference
-from arbiter._registry import get_lane
-from arbiter._values import Measurement
+from arbiter.check import compare, poison, reference
+from arbiter.lane import get_lane
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import input_shapes, output_shape
 
 WARMUP, REPEATS = 3, 20
 
@@ -144,7 +143,7 @@ def main() -> int:
     rows = sweep(hip, region, sets, list(hip.space(region).configs()))
     ok = sorted((r for r in rows if r[1] is not None), key=lambda r: r[1])
     t_hip, v_hip = checked_time(hip, region, ok[0][0], sets, ref)
-    from arbiter._values import Config
+    from arbiter.lane import Config
 
     t_f32, v_f32 = checked_time(torch_lane, region, Config.of(tf32=False), sets, ref)
     t_tf32, v_tf32 = checked_time(torch_lane, region, Config.of(tf32=True), sets, ref)

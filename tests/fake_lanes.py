@@ -349,3 +349,23 @@ class Adversary(FakeLane):
 adversary = Adversary()
 LANES[adversary.name] = adversary
 _ATTRS += ("adversary",)
+
+
+class Wobbly(FakeLane):
+    """Right outputs, but its rounds of calls take 1 ms and 3 ms by turns, however often it
+    is timed: an unstable timing that stays so."""
+
+    name = "fake_wobbly"
+
+    def samples(self, runner, repeats):
+        turn = runner.__dict__.setdefault("turn", 0)
+        out = []
+        for i in range(repeats):
+            out.append(1e-3 if (turn + i // 3) % 2 == 0 else 3e-3)
+        runner.turn = turn + max(1, repeats // 3)
+        return out
+
+
+wobbly = Wobbly()
+LANES[wobbly.name] = wobbly
+_ATTRS += ("wobbly",)

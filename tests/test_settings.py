@@ -1,7 +1,7 @@
 import os
 from pathlib import Path
 
-from arbiter._settings import override, settings
+from arbiter.settings import override, settings
 
 
 def test_settings_follow_the_environment_as_it_changes(monkeypatch, tmp_path):

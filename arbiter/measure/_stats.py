@@ -11,7 +11,8 @@ Two finalists are compared on rounds taken interleaved (A B C, then a shuffled o
 a round of each sees the same machine. The ratio runner-up / winner is taken round by round,
 and the median of those ratios gets the same kind of interval. The comparison is resolved when
 that interval excludes 1 (the winner is faster) or lies inside the practical-equivalence band
-(a tie); otherwise more rounds are taken, up to a cap, and what is left is `unresolved`. The
+(a tie, even when the interval also excludes 1: the difference is too small to matter);
+otherwise more rounds are taken, up to a cap, and what is left is `unresolved`. The
 winner is always the one with the lower latency: error plays no part, and a tie only says the
 two are interchangeable.
 """
@@ -115,10 +116,10 @@ def compare_rounds(winner: Sequence[float], runner_up: Sequence[float],
     pairs = list(zip(round_values(winner, calls), round_values(runner_up, calls)))
     ratios = [r / w for w, r in pairs]
     low, high = median_interval(ratios)
-    if low > 1.0:
-        verdict = FASTER
-    elif low >= 1.0 / (1.0 + band) and high <= 1.0 + band:
+    if low >= 1.0 / (1.0 + band) and high <= 1.0 + band:
         verdict = TIE
+    elif low > 1.0:
+        verdict = FASTER
     else:
         verdict = UNRESOLVED
     return Comparison(statistics.median(ratios), low, high, verdict, len(ratios))

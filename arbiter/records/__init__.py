@@ -24,6 +24,7 @@ from ._session import (
     alembic_config,
     close_engines,
     engine_for,
+    file_identity,
     require_current,
     revision_of,
     session_scope,
@@ -35,6 +36,6 @@ __all__ = [
     "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel", "CeilingModel",
     "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel", "Records",
     "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines", "engine_for",
-    "finite", "fingerprint", "one_sweep", "require_current", "revision_of", "session_scope",
-    "sqlite_path", "upgrade",
+    "file_identity", "finite", "fingerprint", "one_sweep", "require_current", "revision_of",
+    "session_scope", "sqlite_path", "upgrade",
 ]

@@ -189,12 +189,13 @@ class Records:
         """Other environments' sweep results for this region: (id, fingerprint, results),
         newest environment first."""
         with session_scope(self.url) as s:
-            envs = dict(s.execute(select(EnvironmentModel.id, EnvironmentModel.fingerprint)))
+            envs = {i: fp for i, fp in s.execute(select(EnvironmentModel.id,
+                                                        EnvironmentModel.fingerprint))}
         by_env: dict[int, list[Result]] = {}
         with session_scope(self.url) as s:
             q = (select(CandidateModel.id, CandidateModel.environment_id)
                  .where(CandidateModel.region_id == region_id))
-            env_of = dict(s.execute(q).all())
+            env_of = {i: e for i, e in s.execute(q)}
         for r in self.results(region_id):
             e = env_of[r.candidate_id]
             if e != environment_id:

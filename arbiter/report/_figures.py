@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from ._frames import SAME_ROUNDS
 from ._work import BANDWIDTH, MATMUL, REFERENCE_MODELS
 
 __all__ = [
@@ -89,10 +90,36 @@ def _panel_title(row: pd.Series, many_envs: bool) -> str:
     return f"{t}  [{row['environment']}]" if many_envs else t
 
 
+def _declared(lanes: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """A region's per-lane bars with the winner's and the vendor's latencies put in from the
+    summary: the numbers the winners table and `arbiter best` show, not their sweep's."""
+    b = lanes.copy()
+    if row.get("declared") and not (b["lane"] == row["winner"]).any():
+        # its sweep judged it against a tighter budget: no passing bar of its own
+        b = pd.concat([b, pd.DataFrame([{"lane": row["winner"]}])], ignore_index=True)
+    win = b["lane"] == row["winner"]
+    if row.get("declared"):
+        b.loc[win, ["config", "latency_ms", "latency_low_ms", "latency_high_ms"]] = [
+            row["winner_config"],
+            row["winner_ms"],
+            row["winner_low_ms"],
+            row["winner_high_ms"],
+        ]
+    if row.get("vendor_timing") == SAME_ROUNDS and row["vendor"] != row["winner"]:
+        # the low/high of this re-timing are not in the summary: no interval drawn
+        b.loc[b["lane"] == row["vendor"], ["latency_ms", "latency_low_ms", "latency_high_ms"]] = [
+            row["vendor_ms"],
+            np.nan,
+            np.nan,
+        ]
+    return b
+
+
 def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
-    """Per region: each lane's best config as a bar (ms), winner starred, vendor as a line."""
+    """Per region: each lane's best config as a bar (ms) with its interval, winner starred,
+    vendor as a line. The winner's bar is its declared latency (the finalists' re-timing)."""
     title = (
-        "Best latency of each lane, per region (shorter is faster)\n"
+        "Best latency of each lane, per region (shorter is faster; whiskers: 95% interval)\n"
         "★ = declared winner (black outline)   ┆ dashed line = vendor library lane"
     )
     if summary.empty:
@@ -102,29 +129,45 @@ def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     regions = _regions(summary)
     fig, axes = _grid(len(regions), title, panel=(4.6, 0.5 * best["lane"].nunique() + 1.6))
     for ax, (key, fp, row) in zip(axes, regions):
-        b = best[(best["region_key"] == key) & (best["fingerprint"] == fp)]
+        b = _declared(best[(best["region_key"] == key) & (best["fingerprint"] == fp)], row)
         b = b.sort_values("latency_ms", ascending=False)  # fastest at the top
         y = np.arange(len(b))
         is_win = (b["lane"] == row["winner"]).to_numpy()
+        ms = b["latency_ms"].to_numpy(float)
+        err = np.clip(
+            [ms - b["latency_low_ms"].to_numpy(float), b["latency_high_ms"].to_numpy(float) - ms],
+            0,
+            None,
+        )
         ax.barh(
             y,
-            b["latency_ms"],
+            ms,
             height=0.7,
             color=[colors[n] for n in b["lane"]],
             edgecolor=["black" if w else "none" for w in is_win],
             linewidth=[2.5 if w else 0 for w in is_win],
+            xerr=err,
+            error_kw={"ecolor": "#333333", "elinewidth": 1, "capsize": 2},
         )
         ax.set_yticks(y, [f"★ {n}" if w else n for n, w in zip(b["lane"], is_win)])
-        for yi, ms, w in zip(y, b["latency_ms"], is_win):
-            text = " " + _fmt_ms(ms)
+        for yi, x, high, w in zip(y, ms, b["latency_high_ms"], is_win):
+            text = " " + _fmt_ms(x)
             if w and pd.notna(row.get("speedup")) and row["winner"] != row["vendor"]:
                 text += f"  ({row['speedup']:.1f}× vs {row['vendor']})"
-            if w and row.get("tie"):
+            if w and row.get("verdict") in ("tie", "unresolved"):
+                text += f"  {row['verdict']}"
+            elif w and row.get("tie"):
                 text += "  tie"
-            ax.text(ms, yi, text, va="center", fontsize=9, fontweight="bold" if w else None)
+            if w and row.get("unstable"):
+                text += "  unstable"
+            if w and not row.get("declared"):
+                text += "  (not declared: fastest trial)"
+            right = high if pd.notna(high) else x
+            ax.text(right, yi, text, va="center", fontsize=9, fontweight="bold" if w else None)
         if pd.notna(row.get("vendor_ms")):
             ax.axvline(row["vendor_ms"], color=VENDOR, ls="--", lw=1.2)
-        ax.set_xlim(0, b["latency_ms"].max() * 1.6 if len(b) else 1)
+        top = np.nanmax(np.fmax(ms, b["latency_high_ms"].to_numpy(float))) if len(b) else 1
+        ax.set_xlim(0, top * 1.6)
         ax.set_xlabel("latency per call (ms)")
         ax.set_title(_panel_title(row, many), fontsize=11)
     return fig
@@ -132,8 +175,7 @@ def latency_by_lane(best: pd.DataFrame, summary: pd.DataFrame) -> Figure:
 
 def _star(ax: Axes, x, y, size: float) -> None:
     """The winner's mark, drawn over everything else in a panel."""
-    ax.scatter(x, y, s=size, marker="*", color=WINNER, edgecolor="black", linewidth=0.6,
-               zorder=5)
+    ax.scatter(x, y, s=size, marker="*", color=WINNER, edgecolor="black", linewidth=0.6, zorder=5)
 
 
 def _log_ms_axis(ax: Axes, values: pd.Series) -> None:
@@ -163,7 +205,10 @@ def _pareto(points: pd.DataFrame) -> pd.DataFrame:
 
 def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     """Per region: every measured trial at (relative error, latency); the budget as a line."""
-    title = "Latency vs error (left of the red line passes the budget; lower is faster)"
+    title = (
+        "Latency vs error (left of the red line passes the budget; lower is faster; "
+        "★ = winner at its declared latency)"
+    )
     t = trials[trials["latency_ms"].notna() & trials["rel_error"].notna()]
     if summary.empty or t.empty:
         return _empty(title, "no timed trials with a recorded error")
@@ -192,12 +237,16 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
                 alpha=0.6,
             )
         ax.axvline(row["budget"], color=BUDGET, ls="--", lw=1.5)
-        win = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
-        if not win.empty:
-            _star(ax, win["rel_error"], win["latency_ms"], 220)
+        if row.get("declared") and pd.notna(row["winner_rel_error"]):
+            # at its declared latency, which may sit off its own sweep point
+            _star(ax, [max(row["winner_rel_error"], 1e-9)], [row["winner_ms"]], 220)
+        else:
+            win = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
+            if not win.empty:
+                _star(ax, win["rel_error"], win["latency_ms"], 220)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _log_ms_axis(ax, r["latency_ms"])
+        _log_ms_axis(ax, pd.concat([r["latency_ms"], pd.Series([row["winner_ms"]])]))
         ax.set_xlabel("relative error ‖out−ref‖/‖ref‖")
         ax.set_ylabel("latency (ms)")
         ax.set_title(_panel_title(row, many), fontsize=11)
@@ -241,7 +290,7 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
             ax.text(
                 0.97,
                 0.93,
-                f"best {_fmt_ms(final)}, found at trial {first} of {len(r)}",
+                f"sweep best {_fmt_ms(final)}, found at trial {first} of {len(r)}",
                 transform=ax.transAxes,
                 ha="right",
                 va="top",
@@ -267,7 +316,10 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
 
 
 def speedup(summary: pd.DataFrame) -> Figure:
-    """Per region: vendor eager-chain latency / winner latency; 1.0 = no gain from fusing."""
+    """Per region: vendor eager-chain latency / winner latency; 1.0 = no gain from fusing.
+
+    Both sides come from the finalists' interleaved rounds where the vendor was re-timed there;
+    a label says when the vendor's number is its sweep's instead."""
     title = "Fused winner vs vendor library's eager chain (speed-up, higher is better)"
     s = summary[summary["speedup"].notna()]
     if s.empty:
@@ -286,7 +338,8 @@ def speedup(summary: pd.DataFrame) -> Figure:
             r["speedup"],
             yi,
             f" {r['speedup']:.2f}×  {r['winner']} "
-            f"({_fmt_ms(r['winner_ms'])} vs {r['vendor']} {_fmt_ms(r['vendor_ms'])})",
+            f"({_fmt_ms(r['winner_ms'])} vs {r['vendor']} {_fmt_ms(r['vendor_ms'])}"
+            f"{'' if r['vendor_timing'] == SAME_ROUNDS else ', vendor from its sweep'})",
             va="center",
             fontsize=9,
         )

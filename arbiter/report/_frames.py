@@ -1,7 +1,9 @@
 """The records as pandas DataFrames: trials, winners, best per lane, per-region summaries.
 
-Latencies are milliseconds here (the store keeps seconds). Every function takes a database
-URL (SQLite or any SQLAlchemy URL) and reads through the store's one session helper.
+Latencies are milliseconds here (the store keeps seconds): the decision's estimator (median
+over rounds of each round's fastest call) with its 95% interval, never the plain sample median,
+so a number here is the number `arbiter tune` and `arbiter best` print. Every function takes a
+database URL (SQLite or any SQLAlchemy URL) and reads through the store's one session helper.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from .._errors import StoreError
+from ..choose import VENDOR_LANES
 from ..records import (
+    FINAL,
     CandidateModel,
     CeilingModel,
     EnvironmentModel,
@@ -39,9 +43,6 @@ __all__ = [
     "winners",
 ]
 
-# The library lanes a fused kernel has to beat, by platform: the eager chain a user would write.
-VENDOR_LANES = {"cpu": ("numpy",), "cuda": ("torch",), "rocm": ("torch",)}
-
 TRIAL_COLUMNS = [
     "region",
     "region_key",
@@ -53,7 +54,11 @@ TRIAL_COLUMNS = [
     "precision",
     "status",
     "latency_ms",
+    "latency_low_ms",
+    "latency_high_ms",
     "spread_ms",
+    "unstable",
+    "load",
     "rel_error",
     "max_abs",
     "budget",
@@ -67,8 +72,8 @@ TRIAL_COLUMNS = [
 ]
 
 
-def _is_vendor(lane: str, platform: str) -> bool:
-    return lane in VENDOR_LANES.get(platform, ())
+def _is_vendor(lane: str) -> bool:
+    return lane in VENDOR_LANES
 
 
 def environment_label(details: str | dict) -> str:
@@ -140,8 +145,12 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
                     "config": _config_text(config),
                     "precision": config.get("precision", "f32"),
                     "status": m.status,
-                    "latency_ms": _ms(m.median),
+                    "latency_ms": _ms(m.latency),
+                    "latency_low_ms": _ms(m.latency_low),
+                    "latency_high_ms": _ms(m.latency_high),
                     "spread_ms": _ms(m.spread),
+                    "unstable": bool(m.unstable),
+                    "load": m.load,
                     "rel_error": m.rel_error,
                     "max_abs": m.max_abs,
                     "budget": m.budget,
@@ -157,6 +166,7 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
     df = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     df["rel_error"] = df["rel_error"].astype(float)
     df["max_abs"] = df["max_abs"].astype(float)
+    df["load"] = df["load"].astype(float)
     df["trial"] = df.groupby(["region_key", "fingerprint"]).cumcount() + 1
     return df
 
@@ -167,15 +177,24 @@ WINNER_COLUMNS = [
     "environment",
     "budget",
     "lane",
+    "platform",
     "config",
     "precision",
     "latency_ms",
+    "latency_low_ms",
+    "latency_high_ms",
     "spread_ms",
     "rel_error",
+    "verdict",
     "tie",
+    "unstable",
+    "load",
     "runner_up",
     "runner_up_config",
     "margin_ms",
+    "ratio",
+    "ratio_low",
+    "ratio_high",
     "declared_at",
     "fingerprint",
     "candidate_id",
@@ -183,7 +202,11 @@ WINNER_COLUMNS = [
 
 
 def winners(url: str) -> pd.DataFrame:
-    """Declared winners, one row per (region, environment, budget), newest first."""
+    """Declared winners, one row per (region, environment, budget), newest first.
+
+    `latency_ms` is the winner's own from the finalists' interleaved re-timing, the number
+    `arbiter tune` and `arbiter best` print; `ratio` is runner-up / winner over paired rounds.
+    """
     runner = aliased(CandidateModel)
     runner_lane = aliased(LaneModel)
     q = (
@@ -215,29 +238,41 @@ def winners(url: str) -> pd.DataFrame:
                     "environment": environment_label(e.details),
                     "budget": w.budget,
                     "lane": lane.name,
+                    "platform": lane.platform,
                     "config": _config_text(config),
                     "precision": config.get("precision", "f32"),
-                    "latency_ms": _ms(w.median),
+                    "latency_ms": _ms(w.latency),
+                    "latency_low_ms": _ms(w.latency_low),
+                    "latency_high_ms": _ms(w.latency_high),
                     "spread_ms": _ms(w.spread),
                     "rel_error": w.rel_error,
+                    "verdict": w.verdict,
                     "tie": bool(w.tie),
+                    "unstable": bool(w.unstable),
+                    "load": w.load,
                     "runner_up": ru_lane.name if ru_lane is not None else None,
                     "runner_up_config": _config_text(ru.config_dict()) if ru is not None else None,
                     "margin_ms": _ms(w.margin),
+                    "ratio": w.ratio,
+                    "ratio_low": w.ratio_low,
+                    "ratio_high": w.ratio_high,
                     "declared_at": w.created_at,
                     "fingerprint": e.fingerprint,
                     "candidate_id": c.id,
                 }
             )
-    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
+    df = pd.DataFrame(rows, columns=WINNER_COLUMNS)
+    for col in ("rel_error", "load", "ratio", "ratio_low", "ratio_high"):
+        df[col] = df[col].astype(float)
+    return df
 
 
 def best_per_lane(trial_frame: pd.DataFrame) -> pd.DataFrame:
-    """Each lane's fastest passing config per (region, environment)."""
+    """Each lane's fastest passing config per (region, environment), by its sweep latency."""
     ok = trial_frame[(trial_frame["status"] == "ok") & trial_frame["latency_ms"].notna()]
     idx = ok.groupby(["region_key", "fingerprint", "lane"])["latency_ms"].idxmin()
     best = ok.loc[idx].sort_values(["region", "environment", "latency_ms"])
-    best = best.assign(vendor=[_is_vendor(n, p) for n, p in zip(best["lane"], best["platform"])])
+    best = best.assign(vendor=[_is_vendor(n) for n in best["lane"]])
     cols = [
         "region",
         "region_key",
@@ -249,13 +284,20 @@ def best_per_lane(trial_frame: pd.DataFrame) -> pd.DataFrame:
         "config",
         "precision",
         "latency_ms",
+        "latency_low_ms",
+        "latency_high_ms",
         "spread_ms",
+        "unstable",
         "rel_error",
         "budget",
         "candidate_id",
     ]
     return best[cols].reset_index(drop=True)
 
+
+# summary.vendor_timing: where the vendor side of a speed-up was measured. In the winner's
+# own interleaved rounds both sides saw the same machine state; a sweep number did not.
+SAME_ROUNDS, SWEEP_TIMING = "same rounds", "sweep"
 
 SUMMARY_COLUMNS = [
     "region",
@@ -271,11 +313,16 @@ SUMMARY_COLUMNS = [
     "precision",
     "winner_config",
     "winner_ms",
+    "winner_low_ms",
+    "winner_high_ms",
     "winner_rel_error",
     "declared",
+    "verdict",
     "tie",
+    "unstable",
     "vendor",
     "vendor_ms",
+    "vendor_timing",
     "speedup",
     "flops",
     "bytes",
@@ -285,16 +332,46 @@ SUMMARY_COLUMNS = [
 ]
 
 
+def _vendor(
+    lanes_best: pd.DataFrame, finals: pd.DataFrame | None, platform: str | None
+) -> dict | None:
+    """The vendor lane a winner is compared with (one on its platform if any, the fastest),
+    at its finalist's latest re-timing when `finals` holds one that passed, else its sweep."""
+    options = []
+    for _, v in lanes_best[lanes_best["vendor"]].iterrows():
+        option = {
+            "lane": v["lane"],
+            "platform": v["platform"],
+            "vendor_ms": v["latency_ms"],
+            "vendor_timing": SWEEP_TIMING,
+        }
+        mine = None if finals is None else finals[finals["candidate_id"] == v["candidate_id"]]
+        if mine is not None and not mine.empty:
+            last = mine.iloc[-1]  # trials() lists measurements in the order they were taken
+            if last["status"] == "ok" and pd.notna(last["latency_ms"]):
+                option.update(vendor_ms=last["latency_ms"], vendor_timing=SAME_ROUNDS)
+        options.append(option)
+    if not options:
+        return None
+    same = [o for o in options if o["platform"] == platform] or options
+    return min(same, key=lambda o: o["vendor_ms"])
+
+
 def summary(
     url: str, trial_frame: pd.DataFrame | None = None, winner_frame: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """One row per (region, environment): winner, vendor lane, speed-up, achieved rates.
 
-    Latencies are the search's own medians (one timing method on both sides of the speed-up).
-    `declared` is False when no winner was recorded yet: the fastest passing trial stands in.
+    A declared winner's latency and interval are its `winners` row's, the numbers `arbiter
+    best` prints. The finals always include each vendor lane's fastest, so the vendor's
+    latency is taken from the same interleaved rounds where it was re-timed there
+    (`vendor_timing` "same rounds"), else from its sweep ("sweep"). `declared` is False when no
+    winner was recorded yet: the fastest passing sweep trial stands in, against the vendor's
+    sweep.
     """
     t = trials(url) if trial_frame is None else trial_frame
     w = winners(url) if winner_frame is None else winner_frame
+    finals = trials(url, measurements=(FINAL,))
     best = best_per_lane(t)
     with session_scope(url) as s:
         canon = dict(s.execute(select(RegionModel.key, RegionModel.canonical)).all())
@@ -315,20 +392,30 @@ def summary(
             "budget": group["budget"].iloc[-1],
             "declared": not declared.empty,
             "tie": False,
+            "unstable": False,
         }
-        win = None
+        mine = None
         if not declared.empty:
             d = declared.iloc[0]  # newest declaration
-            row["tie"], row["budget"] = bool(d["tie"]), d["budget"]
-            sweep = group[group["candidate_id"] == d["candidate_id"]]
-            win = sweep.iloc[0] if not sweep.empty else None
+            # its finals were recorded before it was declared; later ones belong to no winner
+            mine = finals[
+                (finals["region_key"] == key)
+                & (finals["fingerprint"] == fp)
+                & (finals["measured_at"] <= d["declared_at"])
+            ]
             row.update(
+                budget=d["budget"],
                 winner=d["lane"],
                 winner_config=d["config"],
-                platform=win["platform"] if win is not None else None,
+                platform=d["platform"],
                 precision=d["precision"],
+                winner_ms=d["latency_ms"],
+                winner_low_ms=d["latency_low_ms"],
+                winner_high_ms=d["latency_high_ms"],
                 winner_rel_error=d["rel_error"],
-                winner_ms=win["latency_ms"] if win is not None else d["latency_ms"],
+                verdict=d["verdict"],
+                tie=bool(d["tie"]),
+                unstable=bool(d["unstable"]),
             )
         elif not lanes_best.empty:
             win = lanes_best.iloc[0]
@@ -338,14 +425,18 @@ def summary(
                 platform=win["platform"],
                 precision=win["precision"],
                 winner_ms=win["latency_ms"],
+                winner_low_ms=win["latency_low_ms"],
+                winner_high_ms=win["latency_high_ms"],
                 winner_rel_error=win["rel_error"],
+                unstable=bool(win["unstable"]),
             )
-        vendors = lanes_best[lanes_best["vendor"]]
-        if row.get("winner") is not None and not vendors.empty:
-            platform = win["platform"] if win is not None else None
-            same = vendors[vendors["platform"] == platform]
-            v = (same if not same.empty else vendors).iloc[0]
-            row.update(vendor=v["lane"], vendor_ms=v["latency_ms"])
+        vendor = _vendor(lanes_best, mine, row.get("platform"))
+        if row.get("winner") is not None and vendor is not None:
+            row.update(
+                vendor=vendor["lane"],
+                vendor_ms=vendor["vendor_ms"],
+                vendor_timing=vendor["vendor_timing"],
+            )
         rows.append(row)
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     df["speedup"] = df["vendor_ms"] / df["winner_ms"]

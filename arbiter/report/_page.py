@@ -22,14 +22,16 @@ __all__ = ["FIGURES", "Report", "build_report", "write_report"]
 FIGURES = {
     "latency_by_lane": (
         "Best latency per lane",
-        "Each panel is one region; bars are each lane's fastest passing config. "
-        "The gold-outlined bar (★) is the declared winner; the dashed line is "
-        "the vendor library lane.",
+        "Each panel is one region; bars are each lane's fastest passing config in the "
+        "search, whiskers its 95% interval. The outlined bar (★) is the declared winner at "
+        "its declared latency (the finalists' interleaved re-timing, as in the table), and "
+        "the vendor lane's bar and dashed line are its re-timing in those same rounds.",
     ),
     "speedup": (
         "Fused vs unfused",
         "How much faster the winner is than the vendor lane's eager chain "
-        "(one library call per op). 1× means fusing bought nothing.",
+        "(one library call per op), both timed in the same interleaved rounds unless the "
+        "label says otherwise. 1× means fusing bought nothing.",
     ),
     "latency_vs_error": (
         "Latency vs error",
@@ -55,17 +57,30 @@ WINNER_TABLE = {
     "winner_config": "config",
     "precision": "precision",
     "winner_ms": "latency (ms)",
+    "interval_ms": "95% interval (ms)",
+    "verdict": "verdict",
+    "unstable": "unstable",
     "winner_rel_error": "rel. error",
     "budget": "budget",
-    "tie": "tie",
     "vendor": "vendor lane",
     "vendor_ms": "vendor (ms)",
+    "vendor_timing": "vendor timed",
     "speedup": "speed-up (×)",
     "gbytes_s": "GB/s",
     "gflops": "GFLOP/s",
     "trials": "trials",
     "environment": "environment",
 }
+
+
+WINNERS_HOW = (
+    "A declared winner's latency is the one `arbiter tune` and `arbiter best` print: the median "
+    "over the finalists' interleaved rounds of each round's fastest call, with its 95% "
+    "interval. The verdict says whether it was told apart from the runner-up (faster), fell "
+    "inside the equivalence band (tie), or neither (unresolved); unstable marks a timing whose "
+    "rounds spread widely even when re-measured. A region not declared yet shows its fastest "
+    "passing search trial."
+)
 
 
 @dataclass
@@ -98,9 +113,25 @@ def build_report(url: str, *, reference: str | None = None) -> Report:
     return rep
 
 
+def _verdict(row: pd.Series) -> str | None:
+    """Rows declared before verdicts were recorded have only `tie`; a stand-in has neither."""
+    if not row["declared"]:
+        return "not declared"
+    return row["verdict"] if isinstance(row["verdict"], str) else ("tie" if row["tie"] else None)
+
+
 def winner_table(summary_frame: pd.DataFrame) -> pd.DataFrame:
-    """The page's table: readable column names, rounded numbers."""
-    t = summary_frame[list(WINNER_TABLE)].rename(columns=WINNER_TABLE)
+    """The page's table: readable column names, the winner's latency as `arbiter best` prints
+    it with its interval, its verdict over the runner-up and whether its timing was unstable."""
+    s = summary_frame.assign(
+        interval_ms=[
+            None if pd.isna(lo) else f"{_fmt(lo)}–{_fmt(hi)}"
+            for lo, hi in zip(summary_frame["winner_low_ms"], summary_frame["winner_high_ms"])
+        ],
+        verdict=[_verdict(r) for _, r in summary_frame.iterrows()],
+        unstable=["unstable" if u else "" for u in summary_frame["unstable"]],
+    )
+    t = s[list(WINNER_TABLE)].rename(columns=WINNER_TABLE)
     if summary_frame["environment"].nunique() <= 1:
         t = t.drop(columns="environment")
     return t
@@ -110,7 +141,8 @@ def _fmt(v: object) -> str:
     if v is None or (isinstance(v, float) and pd.isna(v)):
         return "–"
     if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e4 else f"{v:.3f}".rstrip("0").rstrip(".")
+        # three significant digits, as the CLI's tables print them
+        return f"{v:.3g}" if abs(v) < 1e3 else f"{v:.0f}"
     return str(v)
 
 
@@ -178,6 +210,8 @@ def write_report(
             "",
             "## Winners",
             "",
+            WINNERS_HOW,
+            "",
             _markdown(table),
             "",
         ]
@@ -191,7 +225,7 @@ def write_report(
             f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
             "<h1>Arbiter latency report</h1><ul>",
             *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
-            "</ul><h2>Winners</h2>",
+            f"</ul><h2>Winners</h2><p class='how'>{html.escape(WINNERS_HOW)}</p>",
             _html_table(table),
         ]
         for stem, (caption, how) in FIGURES.items():

@@ -33,8 +33,8 @@ class Plan:
     @property
     def listed(self) -> bool:
         """Is the whole space within the trial budget (enumerated, never sampled)?"""
-        sizes = list(self.sizes.values())
-        return all(n is not None for n in sizes) and sum(sizes) <= self.target  # type: ignore[misc]
+        sizes = [n for n in self.sizes.values() if n is not None]
+        return len(sizes) == len(self.sizes) and sum(sizes) <= self.target
 
 
 def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int) -> Plan:

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import StoreError, one_line
 from ..lane import Config
 from ..records import Result, finite
 from ._plan import Plan
@@ -196,17 +197,18 @@ def study_name(region: Any, fingerprint: str, p: Plan) -> str:
     return f"{region.label} [{region.key[:8]}] env {fingerprint[:8]} lanes {tag}"
 
 
-_STORAGES: dict[str, Any] = {}
+_STORAGES: dict[str, tuple[Any, Any]] = {}  # url -> (its file's identity, storage)
 
 
 def _storage(url: str) -> Any:
-    """Optuna's storage for the records' database, opened once per process (SQLite with the
-    records' own pragmas: WAL, busy timeout)."""
-    if url not in _STORAGES:
+    """Optuna's storage for the records' database, opened once per process and file (SQLite
+    with the records' own pragmas: WAL, busy timeout)."""
+    from ..records import file_identity, sqlite_path
+
+    ident = file_identity(url)
+    if url not in _STORAGES or _STORAGES[url][0] != ident:
         optuna = _optuna()
         kwargs: dict[str, Any] = {}
-        from ..records import sqlite_path
-
         path = sqlite_path(url)
         if path is not None:
             from ..records._session import sqlite_pragmas
@@ -219,17 +221,21 @@ def _storage(url: str) -> Any:
                 return conn
 
             kwargs["creator"] = connect
-        _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    return _STORAGES[url]
+        _STORAGES[url] = ident, optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    return _STORAGES[url][1]
 
 
 def mirror(url: str, name: str, p: Plan, budget: float) -> None:
-    """Add to the database study `name` every recorded candidate it lacks."""
+    """Add to the database study `name` every recorded candidate it lacks. (The records are
+    committed already: a failure here loses none of them.)"""
     optuna = _optuna()
-    study = optuna.create_study(storage=_storage(url), study_name=name, load_if_exists=True,
-                                direction="minimize")
-    have = {t.user_attrs.get("candidate") for t in study.get_trials(deepcopy=False)}
-    missing = [t for r in p.measured.values() if r.candidate_id not in have
-               and (t := _trial(p, r, budget)) is not None]
-    if missing:
-        study.add_trials(missing)
+    try:
+        study = optuna.create_study(storage=_storage(url), study_name=name, load_if_exists=True,
+                                    direction="minimize")
+        have = {t.user_attrs.get("candidate") for t in study.get_trials(deepcopy=False)}
+        missing = [t for r in p.measured.values() if r.candidate_id not in have
+                   and (t := _trial(p, r, budget)) is not None]
+        if missing:
+            study.add_trials(missing)
+    except Exception as e:  # noqa: BLE001  Optuna's own tables, in the records' database
+        raise StoreError(f"database {url}: optuna's study tables: {one_line(str(e))}") from e

@@ -15,7 +15,7 @@ from arbiter import (
     random_inputs,
     reference,
 )
-from arbiter.check import fresh_seeds, poison, untouched_count, verify
+from arbiter.check import fresh_seeds, poison, verify
 
 
 def f32(x):

@@ -210,7 +210,7 @@ def test_run_refuses_bad_files_before_running(tmp_path, case, needle):
 def test_run_reads_inputs_from_a_directory_it_may_not_write(tmp_path, monkeypatch):
     import os
 
-    from arbiter import _api
+    from arbiter.cli import run as _api
 
     ro, out = tmp_path / "ro", tmp_path / "o.npz"
     ro.mkdir()

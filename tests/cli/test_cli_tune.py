@@ -149,7 +149,7 @@ def test_a_tune_ended_by_a_signal_takes_its_hung_worker_with_it(env, tmp_path, s
         found = []
         for entry in Path("/proc").iterdir():
             try:
-                if (entry.name.isdigit() and b"arbiter._worker_child"
+                if (entry.name.isdigit() and b"arbiter.measure._child"
                         in (entry / "cmdline").read_bytes()
                         and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                         == p.pid):
@@ -276,7 +276,7 @@ def test_sampled_sweep_killed_then_resumed_keeps_records_and_study_in_step(env, 
     url = f"sqlite:///{db}"
     [summary] = optuna.get_all_study_summaries(storage=url)
     trials = optuna.load_study(study_name=summary.study_name, storage=url).trials
-    ids = sorted(t.user_attrs["arbiter"]["candidate"] for t in trials)
+    ids = sorted(t.user_attrs["candidate"] for t in trials)
     assert ids == sorted(c for c, _, _ in after)
 
 
@@ -303,7 +303,7 @@ def test_sweeps_started_at_once_on_one_new_database_all_finish(env, tmp_path):
     url = env["ARBITER_DB"]
     with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
         candidates = {c for (c,) in con.execute("select id from candidates")}
-    studied = {t.user_attrs["arbiter"]["candidate"]
+    studied = {t.user_attrs["candidate"]
                for s in optuna.get_all_study_summaries(storage=url)
                for t in optuna.load_study(study_name=s.study_name, storage=url).trials}
     assert studied == candidates  # every record in the dashboard

@@ -6,11 +6,12 @@ import json
 from datetime import datetime, timedelta
 
 import numpy as np
+from sqlalchemy import select
 
-from arbiter._region import FusedRegion, RowwiseRegion
-from arbiter._spec import load_spec
-from arbiter._store import (
+from arbiter.lane import Config
+from arbiter.records import (
     CandidateModel,
+    CeilingModel,
     EnvironmentModel,
     LaneModel,
     MeasurementModel,
@@ -19,8 +20,7 @@ from arbiter._store import (
     session_scope,
     upgrade,
 )
-from arbiter._store.ceilings import CeilingModel
-from arbiter._values import Config
+from arbiter.region import FusedRegion, RowwiseRegion, load_spec
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 FINGERPRINT = "f" * 16
@@ -45,16 +45,33 @@ def _add(
     *,
     status="ok",
     ms=None,
+    interval_ms=None,
     spread_ms=None,
     rel=None,
     max_abs=None,
     budget=1e-3,
     kind="sweep",
+    unstable=False,
+    load=None,
+    median_ms=None,
 ) -> CandidateModel:
+    """One measurement: latency `ms` within `interval_ms` (default: ms ± 5%); the plain
+    `median_ms` (default: ms) is reference only and must never show up as a latency."""
     cfg = Config.of(config)
     reg = RegionModel.find_or_add(s, region)
     ln = LaneModel.find_or_add(s, lane)
-    cand = CandidateModel.find(s, reg.id, env.id, ln.id, cfg.key)
+    cand = s.scalars(
+        select(CandidateModel).where(
+            CandidateModel.region_id == reg.id,
+            CandidateModel.environment_id == env.id,
+            CandidateModel.lane_id == ln.id,
+            CandidateModel.config_key == cfg.key,
+        )
+    ).first()
+    if ms is not None and interval_ms is None:
+        interval_ms = (ms * 0.95, ms * 1.05)
+    if ms is not None and median_ms is None:
+        median_ms = ms
     if cand is None:
         cand = CandidateModel(
             region_id=reg.id,
@@ -73,8 +90,13 @@ def _add(
             budget=budget,
             rel_error=rel,
             max_abs=max_abs,
-            median=None if ms is None else ms * 1e-3,
+            latency=None if ms is None else ms * 1e-3,
+            latency_low=None if ms is None else interval_ms[0] * 1e-3,
+            latency_high=None if ms is None else interval_ms[1] * 1e-3,
+            median=None if median_ms is None else median_ms * 1e-3,
             spread=None if spread_ms is None else spread_ms * 1e-3,
+            unstable=unstable,
+            load=load,
             samples=json.dumps([] if ms is None else [ms * 1e-3] * 3),
             timing_method="monotonic_ns" if ms is not None else "",
             compile_seconds=0.5,
@@ -89,17 +111,41 @@ def _add(
 def known(url: str) -> None:
     """Two regions on one machine, values chosen so every frame cell is known exactly.
 
-    mm_relu: numpy 2.0 ms; x86_c 4x8 1.0 ms (declared winner, final 0.9 ms, runner-up numpy);
-    x86_c 8x8 wrong_result at 0.5 ms; x86_c 2x8 compile_failed.
-    row_gelu: numpy 0.4 ms, x86_c 0.1 ms; no winner declared yet. Ceilings 10 GB/s, 100 GFLOP/s.
+    mm_relu: numpy 2.0 ms (its plain median a bimodal 20 ms); x86_c 4x8 1.0 ms; x86_c 8x8
+    wrong_result at 0.5 ms; x86_c 2x8 compile_failed. Finals, interleaved: x86_c 4x8 0.9 ms
+    (0.88-0.93), numpy 1.8 ms; x86_c 4x8 declared the winner at 0.9 ms, faster than numpy by
+    2.0x (1.9-2.1). row_gelu: numpy 0.4 ms, x86_c 0.1 ms (unstable); no winner declared yet.
+    Ceilings 10 GB/s, 100 GFLOP/s.
     """
     upgrade(url)
     numpy_lane, c_lane = _Lane("numpy"), _Lane("x86_c")
     with session_scope(url) as s:
         env = EnvironmentModel.find_or_add(s, FINGERPRINT, {"cpu": "Test CPU", "gpu": {}})
-        vendor = _add(s, MM, env, numpy_lane, {}, 1, ms=2.0, spread_ms=0.1, rel=1e-7, max_abs=1e-6)
+        vendor = _add(
+            s,
+            MM,
+            env,
+            numpy_lane,
+            {},
+            1,
+            ms=2.0,
+            median_ms=20.0,
+            spread_ms=0.1,
+            rel=1e-7,
+            max_abs=1e-6,
+        )
         win = _add(
-            s, MM, env, c_lane, {"tile": "4x8"}, 2, ms=1.0, spread_ms=0.05, rel=2e-7, max_abs=2e-6
+            s,
+            MM,
+            env,
+            c_lane,
+            {"tile": "4x8"},
+            2,
+            ms=1.0,
+            spread_ms=0.05,
+            rel=2e-7,
+            max_abs=2e-6,
+            load=0.25,
         )
         _add(
             s,
@@ -116,8 +162,33 @@ def known(url: str) -> None:
         )
         _add(s, MM, env, c_lane, {"tile": "2x8"}, 4, status="compile_failed")
         _add(s, ROW, env, numpy_lane, {}, 5, ms=0.4, spread_ms=0.02, rel=1e-7, max_abs=1e-6)
-        _add(s, ROW, env, c_lane, {}, 6, ms=0.1, spread_ms=0.01, rel=3e-7, max_abs=3e-6)
-        _add(s, MM, env, c_lane, {"tile": "4x8"}, 7, ms=0.9, spread_ms=0.04, rel=2e-7, kind="final")
+        _add(
+            s,
+            ROW,
+            env,
+            c_lane,
+            {},
+            6,
+            ms=0.1,
+            spread_ms=0.03,
+            rel=3e-7,
+            max_abs=3e-6,
+            unstable=True,
+        )
+        _add(
+            s,
+            MM,
+            env,
+            c_lane,
+            {"tile": "4x8"},
+            7,
+            ms=0.9,
+            interval_ms=(0.88, 0.93),
+            spread_ms=0.04,
+            rel=2e-7,
+            kind="final",
+        )
+        _add(s, MM, env, numpy_lane, {}, 8, ms=1.8, spread_ms=0.1, rel=1e-7, kind="final")
         s.add(
             WinnerModel(
                 region_id=win.region_id,
@@ -125,12 +196,20 @@ def known(url: str) -> None:
                 budget=1e-3,
                 candidate_id=win.id,
                 runner_up_id=vendor.id,
-                median=0.9e-3,
+                latency=0.9e-3,
+                latency_low=0.88e-3,
+                latency_high=0.93e-3,
                 spread=0.04e-3,
                 rel_error=2e-7,
-                margin=1.1e-3,
+                margin=0.9e-3,
+                ratio=2.0,
+                ratio_low=1.9,
+                ratio_high=2.1,
+                verdict="faster",
                 tie=False,
-                created_at=T0 + timedelta(seconds=8),
+                unstable=False,
+                load=0.05,
+                created_at=T0 + timedelta(seconds=9),
             )
         )
         CeilingModel.put(s, env.id, "copy_bandwidth", 10e9, "B/s", "test")
@@ -170,17 +249,36 @@ def rich(url: str, spec: str, seed: int = 0, trials: int = 24) -> None:
                     best = (cand, ms, rel)
             if best is not None:
                 cand, ms, rel = best
+                final = ms * 0.95  # the finals' interleaved re-timing of winner and vendor
+                when += 1
+                _add(
+                    s,
+                    region,
+                    env,
+                    lanes[1],
+                    {"tile": cand.config_dict()["tile"]},
+                    when,
+                    ms=final,
+                    spread_ms=final * 0.05,
+                    rel=rel,
+                    kind="final",
+                )
+                _add(s, region, env, lanes[0], {}, when, ms=base * 0.97, rel=1e-7, kind="final")
                 s.add(
                     WinnerModel(
                         region_id=cand.region_id,
                         environment_id=env.id,
                         budget=1e-3,
                         candidate_id=cand.id,
-                        median=ms * 1e-3,
-                        spread=ms * 5e-5,
+                        latency=final * 1e-3,
+                        latency_low=final * 0.97e-3,
+                        latency_high=final * 1.04e-3,
+                        spread=final * 5e-5,
                         rel_error=rel,
                         margin=None,
+                        verdict="faster",
                         tie=False,
+                        unstable=bool(rng.uniform() < 0.3),
                     )
                 )
         CeilingModel.put(s, env.id, "copy_bandwidth", 20e9, "B/s", "synthetic")

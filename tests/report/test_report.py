@@ -9,13 +9,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from sqlalchemy import delete, select
 
-from arbiter import report
+from arbiter import best, report
 from arbiter._errors import StoreError
-from arbiter._region import AttentionRegion, FusedRegion, RowwiseRegion
-from arbiter._store import EnvironmentModel, session_scope, upgrade
-from arbiter._values import Status
+from arbiter.lane import Status
+from arbiter.records import (
+    CandidateModel,
+    EnvironmentModel,
+    LaneModel,
+    MeasurementModel,
+    RegionModel,
+    WinnerModel,
+    session_scope,
+    upgrade,
+)
+from arbiter.region import AttentionRegion, FusedRegion, RowwiseRegion, load_spec
 from arbiter.report import _ceilings, _frames
 
 from . import report_db
@@ -75,8 +86,9 @@ def known(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def tuned(tmp_path_factory) -> str:
-    """A database written by a real, short `arbiter tune` (numpy + x86_c, 3 small regions)."""
+def tuned_run(tmp_path_factory) -> tuple[Path, str, list[dict]]:
+    """A database written by a real, short `arbiter tune` (numpy + x86_c, 3 small regions):
+    its folder, URL, and the rows `tune --json` printed."""
     import os
 
     d = tmp_path_factory.mktemp("tuned")
@@ -94,11 +106,17 @@ def tuned(tmp_path_factory) -> str:
         "0",
         "--db",
         url,
+        "--json",
         cwd=d,
         env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
-    return url
+    return d, url, json.loads(p.stdout)
+
+
+@pytest.fixture(scope="session")
+def tuned(tuned_run) -> str:
+    return tuned_run[1]
 
 
 # --- frames -----------------------------------------------------------------------------------
@@ -119,16 +137,23 @@ def test_trials_frame_exact(known: str) -> None:
     ]
     assert list(t["status"]) == ["ok", "ok", "wrong_result", "compile_failed", "ok", "ok"]
     assert list(t["trial"]) == [1, 2, 3, 4, 1, 2]
+    # the decision's latency, not numpy's bimodal plain median (20 ms)
     assert t["latency_ms"].iloc[:3].tolist() == pytest.approx([2.0, 1.0, 0.5])
+    assert t["latency_low_ms"].iloc[0] == pytest.approx(1.9)
+    assert t["latency_high_ms"].iloc[0] == pytest.approx(2.1)
     assert math.isnan(t["latency_ms"].iloc[3]) and math.isnan(t["rel_error"].iloc[3])
+    assert math.isnan(t["latency_low_ms"].iloc[3])
     assert t["spread_ms"].iloc[0] == pytest.approx(0.1)
+    assert list(t["unstable"]) == [False] * 5 + [True]
+    assert t["load"].iloc[1] == pytest.approx(0.25) and math.isnan(t["load"].iloc[0])
     assert t["rel_error"].iloc[2] == pytest.approx(5e-2) and t["max_abs"].iloc[2] == 1.0
     assert set(t["precision"]) == {"f32"} and set(t["environment"]) == {"Test CPU"}
     assert list(t["kind"]) == ["fused"] * 4 + ["rowwise"] * 2
     assert t["timing_method"].iloc[0] == "monotonic_ns" and t["timing_method"].iloc[3] == ""
     assert set(t["measurement"]) == {"sweep"}
     everything = report.trials(known, measurements=None)
-    assert len(everything) == 7 and everything["measurement"].iloc[-1] == "final"
+    assert len(everything) == 8 and list(everything["measurement"].iloc[-2:]) == ["final"] * 2
+    assert everything["latency_ms"].iloc[-2:].tolist() == pytest.approx([0.9, 1.8])
 
 
 def test_winners_frame_exact(known: str) -> None:
@@ -141,15 +166,18 @@ def test_winners_frame_exact(known: str) -> None:
         "tile=4x8",
         "numpy",
     )
-    assert row["latency_ms"] == pytest.approx(0.9) and row["margin_ms"] == pytest.approx(1.1)
-    assert row["budget"] == 1e-3 and not row["tie"]
+    assert row["latency_ms"] == pytest.approx(0.9) and row["margin_ms"] == pytest.approx(0.9)
+    assert (row["latency_low_ms"], row["latency_high_ms"]) == pytest.approx((0.88, 0.93))
+    assert (row["ratio"], row["ratio_low"], row["ratio_high"]) == pytest.approx((2.0, 1.9, 2.1))
+    assert row["verdict"] == "faster" and not row["unstable"] and row["load"] == 0.05
+    assert row["budget"] == 1e-3 and not row["tie"] and row["platform"] == "cpu"
 
 
 def test_best_per_lane_ignores_failed_trials(known: str) -> None:
     best = report.best_per_lane(report.trials(known))
     mm = best[best["region"] == "mm_relu"].set_index("lane")
     assert mm.loc["x86_c", "config"] == "tile=4x8"  # not the faster wrong_result 8x8
-    assert mm.loc["x86_c", "latency_ms"] == pytest.approx(1.0)
+    assert mm.loc["x86_c", "latency_ms"] == pytest.approx(1.0)  # its sweep: best is per lane
     assert bool(mm.loc["numpy", "vendor"]) and not bool(mm.loc["x86_c", "vendor"])
 
 
@@ -159,12 +187,61 @@ def test_summary_exact(known: str) -> None:
     assert (mm["winner"], mm["winner_config"], mm["vendor"]) == ("x86_c", "tile=4x8", "numpy")
     assert bool(mm["declared"]) and not bool(row["declared"])  # row_gelu: fastest trial stands in
     assert (mm["trials"], mm["ok"], mm["lanes"]) == (4, 2, 2)
-    assert mm["winner_ms"] == pytest.approx(1.0) and mm["vendor_ms"] == pytest.approx(2.0)
+    # the declared winner's latency (its finals), and numpy re-timed in those same rounds
+    assert mm["winner_ms"] == pytest.approx(0.9) and mm["vendor_ms"] == pytest.approx(1.8)
+    assert (mm["winner_low_ms"], mm["winner_high_ms"]) == pytest.approx((0.88, 0.93))
+    assert (mm["verdict"], mm["vendor_timing"], bool(mm["unstable"])) == (
+        "faster",
+        "same rounds",
+        False,
+    )
     assert mm["speedup"] == pytest.approx(2.0) and row["speedup"] == pytest.approx(4.0)
+    assert row["winner_ms"] == pytest.approx(0.1) and row["vendor_timing"] == "sweep"
+    assert bool(row["unstable"]) and pd.isna(row["verdict"])
     # 64x32x16 bias+relu: A 1024 + B 512 + bias 32 + out 2048 floats
     assert mm["flops"] == 2 * 64 * 32 * 16 and mm["bytes"] == 4 * (1024 + 512 + 32 + 2048)
-    assert mm["gflops"] == pytest.approx(65536 / 1e-3 / 1e9)
+    assert mm["gflops"] == pytest.approx(65536 / 0.9e-3 / 1e9)
     assert math.isnan(row["gflops"]) and row["gbytes_s"] == pytest.approx(8192 / 1e-4 / 1e9)
+
+
+def _drop_measurements(url: str, lane: str, kind: str) -> None:
+    with session_scope(url) as s:
+        ids = select(CandidateModel.id).join(LaneModel).where(LaneModel.name == lane)
+        s.execute(
+            delete(MeasurementModel).where(
+                MeasurementModel.candidate_id.in_(ids), MeasurementModel.kind == kind
+            )
+        )
+
+
+def test_summary_vendor_from_its_sweep_when_it_was_no_finalist(known: str) -> None:
+    _drop_measurements(known, "numpy", "final")
+    mm = report.summary(known).set_index("region").loc["mm_relu"]
+    assert mm["winner_ms"] == pytest.approx(0.9)
+    assert (mm["vendor_ms"], mm["vendor_timing"]) == (pytest.approx(2.0), "sweep")
+
+
+def test_summary_ignores_finals_after_the_declaration(known: str) -> None:
+    """A later re-timing that declared nothing (its finalists all failed) is no one's round."""
+    with session_scope(known) as s:
+        numpy_final = s.scalars(
+            select(MeasurementModel)
+            .where(MeasurementModel.kind == "final")
+            .order_by(MeasurementModel.id.desc())
+        ).first()
+        assert numpy_final is not None
+        s.add(
+            MeasurementModel(
+                candidate_id=numpy_final.candidate_id,
+                kind="final",
+                status="ok",
+                budget=1e-3,
+                latency=50e-3,
+                created_at=report_db.T0.replace(hour=13),
+            )
+        )
+    mm = report.summary(known).set_index("region").loc["mm_relu"]
+    assert mm["vendor_ms"] == pytest.approx(1.8) and mm["speedup"] == pytest.approx(2.0)
 
 
 def test_work_counts() -> None:
@@ -181,7 +258,7 @@ def test_work_counts() -> None:
 
 
 def test_ceilings_recorded_once_for_this_machine(known: str, monkeypatch) -> None:
-    from arbiter._fingerprint import fingerprint
+    from arbiter.records import fingerprint
 
     assert list(report.ceilings(known)["name"]) == ["copy_bandwidth", "matmul_f32"]
     calls = []
@@ -224,6 +301,15 @@ def test_every_figure_draws(which: str, known: str, tmp_path: Path) -> None:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_winner_bar_is_the_declared_latency(known: str) -> None:
+    rep = report.build_report(known)
+    ax = rep.figures["latency_by_lane"].axes[0]
+    assert ax.get_title() == "mm_relu"
+    bars = {t.get_text(): p.get_width() for t, p in zip(ax.get_yticklabels(), ax.patches)}
+    # the finals' numbers (winner 0.9, numpy 1.8 in the same rounds), not their sweeps' 1.0, 2.0
+    assert bars == pytest.approx({"★ x86_c": 0.9, "numpy": 1.8})
+
+
 def test_figures_say_when_there_is_nothing_to_draw(known: str) -> None:
     empty = report.summary(known).iloc[0:0]
     trials = report.trials(known).iloc[0:0]
@@ -235,6 +321,14 @@ def test_figures_say_when_there_is_nothing_to_draw(known: str) -> None:
         report.roofline(empty, report.ceilings(known)),
     ):
         assert fig.axes[0].texts  # a sentence, not an empty axis
+
+
+def _page_rows(text: str, fmt: str) -> list[list[str]]:
+    """The winners table's body rows as cell texts."""
+    if fmt == "html":
+        return [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr><td>.*?</tr>", text)]
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]  # after the header
+    return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
 
 
 @pytest.mark.parametrize("fmt", ["html", "md"])
@@ -251,6 +345,10 @@ def test_page_references_files_that_exist(fmt: str, known: str, tmp_path: Path) 
     for ref in refs:
         assert (page.parent / ref).is_file()
     assert "mm_relu" in text and "x86_c" in text and "tile=4x8" in text
+    # the winner's declared latency with its interval and verdict; the stand-in says so
+    rows = {r[0]: r for r in _page_rows(text, fmt)}
+    assert rows["mm_relu"][4:8] == ["0.9", "0.88–0.93", "faster", ""]
+    assert rows["row_gelu"][4:8] == ["0.1", "0.095–0.105", "not declared", "unstable"]
     if fmt == "html":
         assert "<table>" in text and "http" not in text  # self-contained: no external fetch
 
@@ -302,6 +400,36 @@ def test_cli_report_on_a_real_tune(tuned: str, tmp_path: Path) -> None:
     # the search may not sample the vendor lane in 4 trials; where it did, it is numpy
     assert set(s["vendor"].dropna()) == {"numpy"}
     assert (report.ceilings(tuned)["name"] == "copy_bandwidth").any()  # measured by the report
+
+
+def test_one_latency_per_winner_everywhere(tuned_run, tmp_path: Path) -> None:
+    """One winner, one latency: `tune`'s row, `best`, the `winners` table, the summary and the
+    page all show the finals' number, with the same interval."""
+    d, url, rows = tuned_run
+    spec = load_spec(d / "spec.toml")
+    summary = report.summary(url).set_index("region")
+    frame = report.winners(url).set_index("region")
+    page = report.write_report(url, tmp_path / "out", fmt="md")["page"].read_text()
+    on_page = {r[0]: r for r in _page_rows(page, "md")}
+    assert {r["region"] for r in rows} == {"mm_relu", "row_gelu", "attn"}
+    for row in rows:
+        name, ms = row["region"], row["latency_ms"]
+        interval = (row["latency_low_ms"], row["latency_high_ms"])
+        answer = best(spec.get(name), db=url)
+        with session_scope(url) as s:
+            [stored] = s.scalars(
+                select(WinnerModel).join(RegionModel).where(RegionModel.name == name)
+            ).all()
+            stored_ms = stored.latency * 1e3
+        assert (answer["latency_ms"], answer["latency_low_ms"], answer["latency_high_ms"]) == (
+            ms,
+            *interval,
+        )
+        assert stored_ms == ms and frame.loc[name, "latency_ms"] == ms
+        assert bool(summary.loc[name, "declared"]) and summary.loc[name, "winner_ms"] == ms
+        assert (summary.loc[name, "winner_low_ms"], summary.loc[name, "winner_high_ms"]) == interval
+        assert summary.loc[name, "verdict"] == row["verdict"] == answer["verdict"]
+        assert on_page[name][4] == f"{ms:.3g}"  # as `arbiter best` prints it
 
 
 # --- notebook ----------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The checks and sweeps on a GPU machine, in steps that each fit one device command:
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh tests   # the whole test suite, GPU tests included
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh tune    # every lane on examples/regions.toml
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh picks   # GPU lanes at benchmark scale (h200_picks.toml)
+# Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu}
+mkdir -p "$out"
+export ARBITER_CACHE_DIR=${ARBITER_CACHE_DIR:-/tmp/arbcache} PYTHONUNBUFFERED=1
+for step in "$@"; do
+  t0=$SECONDS
+  case $step in
+    tests)
+      timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rf >"$out/tests.txt" 2>&1
+      echo "tests: rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/tests.txt")" ;;
+    tune)
+      python3 -m arbiter lanes | tee "$out/lanes.txt"
+      timeout 400 python3 -m arbiter tune examples/regions.toml --db "sqlite:///$out/ex.db" \
+        --trials 12 --timeout 120 --json >"$out/tune.json" 2>"$out/tune.err"
+      echo "tune: rc=$? in $((SECONDS - t0)) s"
+      python3 -m arbiter best examples/regions.toml --db "sqlite:///$out/ex.db" \
+        | tee "$out/best_examples.txt" ;;
+    picks)
+      timeout 480 python3 -m arbiter tune bench/h200_picks.toml \
+        --lanes hip_scalar,torch,wmma_gemm,fa2 --db "sqlite:///$out/picks.db" --trials 6 \
+        --timeout 120 >"$out/tune_picks.txt" 2>&1
+      echo "picks: rc=$? in $((SECONDS - t0)) s"
+      for b in 1e-3 5e-3; do
+        echo "== budget $b"
+        python3 -m arbiter best bench/h200_picks.toml --db "sqlite:///$out/picks.db" \
+          --budget "$b" | tee "$out/best_picks_$b.txt"
+      done ;;
+    *) echo "unknown step $step (tests, tune, picks)"; exit 2 ;;
+  esac
+done
