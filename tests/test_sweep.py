@@ -152,6 +152,21 @@ def test_budget_at_query_time_answers_from_records(env):
     assert _rows(env, "select count(*) from measurements") == before
 
 
+def test_an_answer_from_the_records_shows_a_finalists_latency_from_its_rounds(env):
+    arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1, timing=QUICK)
+    declared = arbiter.best(REGION, db=env)
+    # the over-budget configs (fast=True) let in at 5e-3 are made slow: the answer, from the
+    # records, is the declared winner again, with the latency its interleaved rounds gave
+    con = sqlite3.connect(env.removeprefix("sqlite:///"))
+    con.execute("update measurements set latency = 1 where candidate_id in "
+                "(select id from candidates where json_extract(config, '$.fast'))")
+    con.commit()
+    con.close()
+    loose = arbiter.best(REGION, budget=5e-3, db=env)
+    assert loose["source"] == "records" and loose["config"] == declared["config"]
+    assert loose["latency_ms"] == declared["latency_ms"]
+
+
 def test_a_tighter_budget_keeps_the_declared_winner_over_the_sweeps_latencies(env):
     arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], seed=1, timing=QUICK)
     declared = arbiter.best(REGION, db=env)

@@ -202,7 +202,8 @@ def test_optuna_tables_of_another_optuna_are_one_line_and_the_records_stay(env, 
     con.commit()
     con.close()
     p = arbiter(env, "tune", second, "--lanes", "numpy,fake_tiny", "--trials", "3", check=False)
-    lines = p.stderr.strip().splitlines()
+    lines = [ln for ln in p.stderr.strip().splitlines()
+             if not ln.startswith("arbiter: the machine is busy")]  # (tests side by side)
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert lines[0].startswith("arbiter: error: database") and "optuna" in lines[0]
     # the first region's, and the second's three (all measured before the study was due;
