@@ -17,8 +17,8 @@ from .measure import Measurement, Timing, Worker, build_candidate, checked_timeo
 from .region import Region, Spec, load_spec, output_shape
 from .settings import settings
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "best_rows", "check", "lane_table",
-           "parse_config", "run", "spec_regions", "tune", "usable_lanes"]
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "best_rows", "check", "export_optuna",
+           "lane_table", "parse_config", "run", "spec_regions", "tune", "usable_lanes"]
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
 DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
@@ -173,9 +173,9 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
                         on_trial(name, lane, r)
 
                 done = sweep_region(region, p, records, worker, region_id=region_id,
-                                    env_id=env_id, lane_ids=lane_ids, fingerprint=fp.hash,
-                                    budget=b, ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR),
-                                    opts=opts, on_trial=tick)
+                                    env_id=env_id, lane_ids=lane_ids, budget=b,
+                                    ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR), opts=opts,
+                                    on_trial=tick)
                 counts = {"new_trials": done.new, "reused_trials": done.reused,
                           "statuses": done.statuses}
                 declared = records.winners(region_id, env_id, b)
@@ -290,6 +290,32 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                     return row
     raise ArbiterError(f"region {region.label!r}: tuned on other machines only, and no recorded "
                        f"winner passed re-verification here (run `arbiter tune`)")
+
+
+def export_optuna(db: str | None = None) -> list[str]:
+    """Write the records' searches as Optuna studies in the same database, one per region and
+    environment, for `optuna-dashboard` (each candidate built and run: params, latency in ms as
+    the value, the accuracy constraint); studies written before get only what they lack.
+    Returns the studies' names. (Optuna's storage writes a trial in milliseconds: a sweep
+    leaves this to the user who wants the dashboard.)"""
+    from .records import Records
+    from .region import region_from_canonical
+    from .search import mirror, plan, study_name
+
+    url = db or settings().db
+    records = Records(url, create=False)
+    names = []
+    for region_id, name, canonical, env_id, fp in records.swept():
+        region = region_from_canonical(canonical).with_name(name)
+        results = records.results(region_id, env_id)
+        installed = set(lane_names())
+        lanes = [get_lane(n) for n in sorted({r.lane for r in results}) if n in installed]
+        declared = records.winners(region_id, env_id)
+        budget = declared[-1]["budget"] if declared else budget_of(region)
+        p = plan(region, lanes, results, len(results))
+        names.append(study_name(region, fp, p))
+        mirror(url, names[-1], p, budget)
+    return names
 
 
 def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,

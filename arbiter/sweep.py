@@ -20,7 +20,7 @@ from .lane import Artifact, Lane, Status, usable_cores
 from .measure import BUSY, Measurement, Timing, Worker, build_all
 from .records import FINAL, Records, Result
 from .region import Region
-from .search import Plan, Search, mirror, study_name
+from .search import Plan, Search
 
 __all__ = ["Options", "RegionSweep", "sweep_region"]
 
@@ -61,8 +61,8 @@ class _Busy:
 
 
 def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, region_id: int,
-                 env_id: int, lane_ids: dict[str, int], fingerprint: str, budget: float,
-                 ceiling: float, opts: Options,
+                 env_id: int, lane_ids: dict[str, int], budget: float, ceiling: float,
+                 opts: Options,
                  on_trial: Callable[[str, Result], None] | None = None) -> RegionSweep:
     out = RegionSweep(reused=len(p.measured))
     seeds = fresh_seeds(2)  # fresh inputs for every sweep, shared by its candidates
@@ -88,8 +88,6 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
             out.statuses[r.status.value] = out.statuses.get(r.status.value, 0) + 1
             if on_trial:
                 on_trial(proposal.lane, r)
-    if out.new:
-        mirror(records.url, study_name(region, fingerprint, p), p, budget)
     if out.new or opts.refinal or not records.winners(region_id, env_id, budget):
         out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
         if out.choice is not None:

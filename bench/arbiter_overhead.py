@@ -2,12 +2,13 @@
 
     python3 bench/arbiter_overhead.py [--trials 30] [--lanes numpy,x86_c] [--out FILE.json]
 
-Tunes `examples/regions.toml` twice, each time in a fresh interpreter and into a fresh
-database, as `arbiter tune` does: first with an empty build cache (cold: candidates compile),
-then with the cache the first run filled (warm). The sampler's proposals after its random
-start follow the measured latencies, so a warm run may still meet a few configs the cold one
-never built: the batches that compiled are counted apart. The split of each run's wall time
-(timed in the driver, around the library's own functions; nothing here changes what they do):
+Tunes `examples/regions.toml` three times, each in a fresh interpreter and into a fresh
+database, as `arbiter tune` does: with an empty build cache and the random sampler (seed 1:
+cold, every candidate compiles), then the same again on the cache that run filled (warm: the
+same proposals, nothing compiles), then with the default sampler (TPE) on that cache (its
+proposals follow the measured latencies, so a few may still compile: those build batches are
+counted apart). The split of each run's wall time (timed in the driver, around the library's
+own functions; nothing here changes what they do):
 
 - kernel: the candidates' own calls: every timed sample, plus the warm-up calls and the two
   verification runs, counted at the candidate's latency (from the measurements returned);
@@ -42,7 +43,9 @@ import arbiter
 from arbiter import api, sweep
 from arbiter.measure import ROUND_CALLS, Timing, Worker
 spec, db, trials, lanes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] or None
-acc = {"kernel": 0.0, "waited": 0.0, "compile": 0.0, "worker": 0.0, "checked": 0}
+sampler, seed = sys.argv[5], int(sys.argv[6]) if sys.argv[6] else None
+acc = {"kernel": 0.0, "waited": 0.0, "compile": 0.0, "worker": 0.0, "builds": 0.0,
+       "records": 0.0, "search": 0.0, "checked": 0}
 t = Timing()
 
 def count(m, final):
@@ -74,12 +77,28 @@ def timed_finals(self, *a, **kw):
 def timed_builds(items):
     t0 = time.perf_counter()
     built = build_all(items)
-    if any(not getattr(b, "cached", True) for b in built):
-        acc["compile"] += time.perf_counter() - t0
+    spent = time.perf_counter() - t0
+    acc["compile" if any(not getattr(b, "cached", True) for b in built) else "builds"] += spent
     return built
 
+def timed(cls, name, key):
+    real = getattr(cls, name)
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return real(*a, **kw)
+        finally:
+            acc[key] += time.perf_counter() - t0
+    setattr(cls, name, wrapper)
+
+from arbiter.records import Records
+from arbiter.search import Search
+for name in ("record", "results", "save_winner", "winners", "ids"):
+    timed(Records, name, "records")
+for name in ("propose", "told"):
+    timed(Search, name, "search")
 Worker.check, Worker.finals, sweep.build_all = timed_check, timed_finals, timed_builds
-api.tune(spec, db=db, trials=trials, lanes=lanes)
+api.tune(spec, db=db, trials=trials, lanes=lanes, sampler=sampler, seed=seed)
 acc["wall"] = time.perf_counter() - t_start
 print(json.dumps(acc))
 """
@@ -104,11 +123,12 @@ def oracle_seconds(checked: int) -> float:
     return made + checked * 2 * per_compare
 
 
-def run(db: Path, cache: Path, trials: int, lanes: str | None) -> dict:
+def run(db: Path, cache: Path, trials: int, lanes: str | None, sampler: str,
+        seed: int | None) -> dict:
     env = dict(os.environ, ARBITER_CACHE_DIR=str(cache))
     p = subprocess.run([sys.executable, "-c", DRIVER, str(SPEC), f"sqlite:///{db}",
-                        str(trials), lanes or ""], env=env, capture_output=True, text=True,
-                       cwd=ROOT)
+                        str(trials), lanes or "", sampler, "" if seed is None else str(seed)],
+                       env=env, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
         sys.exit(f"tune failed: {p.stderr}")
     return json.loads(p.stdout.splitlines()[-1])
@@ -124,18 +144,24 @@ def main() -> None:
            "cpus": len(os.sched_getaffinity(0)), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="arbiter-overhead-") as tmp:
         cache = Path(tmp) / "cache"
-        for name in ("cold", "warm"):
-            acc = run(Path(tmp) / f"{name}.db", cache, args.trials, args.lanes)
+        for name, sampler, seed in (("cold", "random", 1), ("warm", "random", 1),
+                                    ("warm-tpe", "tpe", None)):
+            acc = run(Path(tmp) / f"{name}.db", cache, args.trials, args.lanes, sampler, seed)
             oracle = oracle_seconds(acc["checked"])
             own = acc["wall"] - acc["kernel"] - acc["waited"] - acc["compile"] - oracle
             row = {k: round(v, 2) for k, v in acc.items()}
             row.update(oracle=round(oracle, 2), own=round(own, 2),
                        own_share=round(own / acc["wall"], 3))
             out["runs"][name] = row
+            rest = (own - acc["records"] - acc["search"] - acc["builds"]
+                    - (acc["worker"] - acc["kernel"] - acc["waited"] - oracle))
             print(f"{name}: wall {acc['wall']:.1f} s = kernel {acc['kernel']:.1f} + waited "
                   f"{acc['waited']:.1f} + compile {acc['compile']:.1f} + oracle {oracle:.1f} "
                   f"+ own {own:.1f} s ({own / acc['wall']:.1%}); {acc['checked']} timed "
-                  "measurements", flush=True)
+                  f"measurements. Own: records {acc['records']:.1f}, search "
+                  f"{acc['search']:.1f}, build lookups {acc['builds']:.1f}, worker's own "
+                  f"{acc['worker'] - acc['kernel'] - acc['waited'] - oracle:.1f}, start-up "
+                  f"and the rest {rest:.1f}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(out, indent=2) + "\n")
 

@@ -26,6 +26,7 @@ COMMANDS = {
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),
     "emit": ("emit", "print a lane's generated source (or ISA / PTX / asm with --asm)"),
+    "export": ("export", "write the records in another tool's form (optuna: for optuna-dashboard)"),
 }
 
 

@@ -17,7 +17,7 @@ from ..lane import Artifact, Lane, Runner, Status
 from ..region import Region
 from ._load import BUSY, Load
 from ._measurement import Measurement
-from ._stats import ROUND_CALLS, compare_rounds, estimate
+from ._stats import FASTER, ROUND_CALLS, compare_rounds, estimate
 
 __all__ = ["Timing", "check_and_time", "finals", "timing_samples"]
 
@@ -123,7 +123,7 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
     two fastest are told apart (`compare_rounds`), or the rounds or seconds run out. Every
     finalist's samples line up round by round."""
     out: list[Measurement | None] = [None] * len(entries)
-    live: dict[int, Runner] = {}
+    loaded: dict[int, Runner] = {}
     try:
         sets = [c.timing for c in cases(region, seeds)[:t.input_sets]]
         verdicts: dict[int, Verdict] = {}
@@ -133,7 +133,7 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
             except (RuntimeError, OSError) as e:
                 out[i] = _failed(Status.LAUNCH_FAILED, f"load failed: {e}", artifact)
                 continue
-            live[i] = runner
+            loaded[i] = runner
             try:
                 v, log = verify(runner, region, budget, seeds)
             except RuntimeError as e:
@@ -142,15 +142,15 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
                 out[i] = _verdict(v, log, artifact, runner)
             else:
                 verdicts[i] = v
-        samples, busy, waited = _rounds({i: live[i] for i in verdicts}, sets, t, load, out,
+        samples, busy, waited = _rounds({i: loaded[i] for i in verdicts}, sets, t, load, out,
                                         entries)
         for i, v in verdicts.items():
             if out[i] is None:
                 out[i] = Measurement(Status.OK, v.rel_error, v.max_abs, tuple(samples[i]),
-                                     live[i].timing_method, log="interleaved finalist",
+                                     loaded[i].timing_method, log="interleaved finalist",
                                      load=busy, waited=waited)
     finally:
-        for runner in live.values():
+        for runner in loaded.values():
             runner.close()
     return [m for m in out if m is not None]
 
@@ -160,12 +160,13 @@ def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
             ) -> tuple[dict[int, list[float]], float | None, float]:
     """Each live finalist's samples, the load over the last round, the seconds waited."""
     samples: dict[int, list[float]] = {i: [] for i in runners}
+    live = set(runners)  # still timed
     start = time.monotonic()
     rounds, look, waited, busy = 0, t.min_rounds, 0.0, None
     rng = random.Random()
-    while samples:
+    while live:
         waited += load.quiet(t.wait / 4)[1]
-        order = list(samples)
+        order = sorted(live)
         rng.shuffle(order)
         for i in order:
             try:
@@ -174,22 +175,30 @@ def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
                 out[i] = _failed(Status.LAUNCH_FAILED, f"finalist re-timing failed: {e}",
                                  entries[i][1])
                 del samples[i]
+                live.discard(i)
         busy = load.now()
         rounds += 1
         if rounds >= t.max_rounds or time.monotonic() - start > t.max_seconds:
             break
         if rounds >= look:  # few looks (10, 20, 40, ... rounds): each one is a test
-            if _resolved(samples, t.band):
+            if _decided(samples, live, t.band):
                 break
             look *= 2
     return samples, busy, waited
 
 
-def _resolved(samples: dict[int, list[float]], band: float) -> bool:
-    ranked = sorted(samples, key=_latency(samples))
-    if len(ranked) < 2:
-        return True
-    return compare_rounds(samples[ranked[0]], samples[ranked[1]], band).resolved
+def _decided(samples: dict[int, list[float]], live: set[int], band: float) -> bool:
+    """Is the fastest told apart from every finalist still timed? Those it is clearly faster
+    than leave the rounds (a vendor library far behind costs no more rounds); a tie with the
+    runner-up also ends them."""
+    ranked = sorted(live, key=_latency(samples))
+    for i in ranked[1:]:
+        c = compare_rounds(samples[ranked[0]], samples[i], band)
+        if c.verdict == FASTER:
+            live.discard(i)
+        elif i == ranked[1] and c.resolved:
+            return True
+    return len(live) < 2
 
 
 def _latency(samples: dict[int, list[float]]) -> Callable[[int], float]:

@@ -184,6 +184,17 @@ class Records:
         with session_scope(self.url) as s:
             return [_winner_row(*row) for row in s.execute(q)]
 
+    def swept(self) -> list[tuple[int, str, str, int, str]]:
+        """Every (region id, name, canonical form, environment id, fingerprint) with
+        candidates."""
+        q = (select(RegionModel.id, RegionModel.name, RegionModel.canonical, EnvironmentModel.id,
+                    EnvironmentModel.fingerprint)
+             .join(CandidateModel, CandidateModel.region_id == RegionModel.id)
+             .join(EnvironmentModel, EnvironmentModel.id == CandidateModel.environment_id)
+             .distinct().order_by(RegionModel.id, EnvironmentModel.id))
+        with session_scope(self.url) as s:
+            return [(r, n, c, e, f) for r, n, c, e, f in s.execute(q)]
+
     def foreign(self, region_id: int,
                 environment_id: int | None) -> list[tuple[int, str, list[Result]]]:
         """Other environments' sweep results for this region: (id, fingerprint, results),

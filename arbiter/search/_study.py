@@ -9,8 +9,9 @@ trial's value is the candidate's latency in ms, and its accuracy is a constraint
 (`rel_error - budget <= 0`). Proposals come a batch at a time (they build together); the TPE
 samplers see the ones still in flight as pending (constant liar).
 
-Each region's trials are also written to an Optuna study in the records' database, for
-`optuna-dashboard`: `mirror` adds what it lacks at the end of the region's sweep.
+`mirror` writes a region's recorded trials to an Optuna study in the records' database, for
+`optuna-dashboard` (`arbiter export optuna`; configs the lanes' rules refused, never built,
+left out).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StoreError, one_line
-from ..lane import Config
+from ..lane import Config, Status
 from ..records import Result, finite
 from ._plan import Plan
 from ._samplers import make_sampler
 
 __all__ = ["Proposal", "Search", "mirror", "study_name"]
 
-DUPES_BEFORE_DRAW = 8  # measured proposals in a row before a random unmeasured one is drawn
+DUPES_BEFORE_DRAW = 4  # measured proposals in a row before a random unmeasured one is drawn
 
 
 def _optuna() -> Any:
@@ -73,6 +74,8 @@ def _score(r: Result, budget: float) -> tuple[float, float]:
 
 def _trial(p: Plan, r: Result, budget: float) -> Any | None:
     """A recorded result as a finished trial (None: the space cannot express its config)."""
+    if r.lane not in p.spaces:
+        return None
     choices = {t.name: t.choices for t in p.spaces[r.lane].tunables}
     values = r.config.as_dict()
     if values.keys() != choices.keys() or any(v not in choices[k] for k, v in values.items()):
@@ -80,8 +83,7 @@ def _trial(p: Plan, r: Result, budget: float) -> Any | None:
     value, constraint = _score(r, budget)
     return _optuna().trial.create_trial(
         params=_params(r.lane, r.config), distributions=_distributions(p, r.lane), value=value,
-        constraints={"accuracy": constraint}, user_attrs={"candidate": r.candidate_id,
-                                                          "status": r.status.value})
+        constraints={"accuracy": constraint}, user_attrs={"candidate": r.candidate_id})
 
 
 class Search:
@@ -234,7 +236,7 @@ def mirror(url: str, name: str, p: Plan, budget: float) -> None:
                                     direction="minimize")
         have = {t.user_attrs.get("candidate") for t in study.get_trials(deepcopy=False)}
         missing = [t for r in p.measured.values() if r.candidate_id not in have
-                   and (t := _trial(p, r, budget)) is not None]
+                   and r.status is not Status.INVALID and (t := _trial(p, r, budget)) is not None]
         if missing:
             study.add_trials(missing)
     except Exception as e:  # noqa: BLE001  Optuna's own tables, in the records' database

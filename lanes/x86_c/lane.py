@@ -119,8 +119,10 @@ def _space(region: Region) -> Space:
     if isinstance(region, AttentionRegion):
         return Space(common + attention_tunables(), ())
     if isinstance(region, FusedRegion):
+        # tiles no vector width here can hold (12x32 without AVX-512) are not offered at all
+        tiles = tuple(t for t in TILES if any(_tile_fits({"tile": t, "vec": v}) for v in vec))
         tunables = common + (
-            Tunable("tile", TILES, "12x32" if 512 in vec else "6x16"),
+            Tunable("tile", tiles, "12x32" if 512 in vec else "6x16"),
             Tunable("mc", (48, 96, 192), 96),
             Tunable("kc", (128, 256, 512), 256),
         )
