@@ -54,16 +54,18 @@ from .region import (
 )
 
 if TYPE_CHECKING:
-    from .api import best, check, lane_table, run, tune
+    from .api import best, run, tune
     from .check import compare, random_inputs, reference
+    from .cli.check import check
+    from .cli.lanes import lane_table
     from .measure import Measurement
 
 __version__ = "0.2.0"
 
 # loaded on first use: the verbs bring the records (SQLAlchemy), the oracle and the worker
-_LAZY = {"best": "api", "check": "api", "lane_table": "api", "run": "api", "tune": "api",
-         "compare": "check", "random_inputs": "check", "reference": "check",
-         "Measurement": "measure"}
+_LAZY = {"best": "api", "run": "api", "tune": "api", "check": "cli.check",
+         "lane_table": "cli.lanes", "compare": "check", "random_inputs": "check",
+         "reference": "check", "Measurement": "measure"}
 
 
 def __getattr__(name: str) -> Any:

@@ -9,17 +9,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = [
-    "ArbiterError",
-    "BuildError",
-    "EmitError",
-    "InputError",
-    "LaneError",
-    "RegionError",
-    "SpecError",
-    "StoreError",
-    "one_line",
-]
+__all__ = ["ArbiterError", "BuildError", "EmitError", "InputError", "LaneError", "RegionError",
+           "SpecError", "StoreError", "one_line"]
 
 
 class ArbiterError(Exception):

@@ -9,16 +9,16 @@ from typing import Any, get_args
 
 import numpy as np
 
-from ._errors import ArbiterError, LaneError, one_line
+from ._errors import ArbiterError, LaneError
 from .check import budget_of, checked_budget, fresh_seeds
 from .choose import choose, winner_that_stands
-from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
+from .lane import Config, Lane, Status, all_lanes, get_lane, validate_inputs
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
 from .region import Region, Spec, load_spec, output_shape
 from .settings import settings
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "best_rows", "check", "export_optuna",
-           "lane_table", "parse_config", "run", "spec_regions", "tune", "usable_lanes"]
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "empty_row", "parse_config", "run",
+           "spec_regions", "tune", "usable_lanes"]
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
 DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
@@ -26,20 +26,6 @@ VERIFY_TRIES = 3  # winners recorded elsewhere re-checked here before giving up
 # Candidates are timed when their error is inside this ceiling, not only inside the sweep's
 # budget, so a looser budget asked later can be answered from the records.
 CEILING_FACTOR, CEILING_FLOOR = 10.0, 1e-2
-
-
-def lane_table() -> list[dict[str, Any]]:
-    rows = []
-    for name in lane_names():
-        try:
-            lane = get_lane(name)
-            av = lane.available()
-            rows.append({"name": name, "platform": lane.platform.value,
-                         "available": bool(av.ok), "reason": av.reason})
-        except Exception as e:  # noqa: BLE001  a broken plug-in is reported, not fatal
-            rows.append({"name": name, "platform": "?", "available": False,
-                         "reason": f"failed to load: {type(e).__name__}: {e}"})
-    return rows
 
 
 def usable_lanes(names: Sequence[str] | str | None) -> list[Lane]:
@@ -77,7 +63,8 @@ def _precision(lane: str, config: dict[str, Any]) -> str:
         return "?"
 
 
-def _empty(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
+def empty_row(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
+    """A region's row with no winner in it: the keys every row of `tune` and `best` has."""
     return {"region": region.name or region.key, "region_key": region.key, "lane": None,
             "config": None, "precision": None, "latency_ms": None, "latency_low_ms": None,
             "latency_high_ms": None, "spread_ms": None, "rel_error": None, "budget": budget,
@@ -88,7 +75,7 @@ def _empty(region: Region, budget: float, status: str, **extra: Any) -> dict[str
 def _winner_row(region: Region, budget: float, w: dict[str, Any], **extra: Any) -> dict:
     """A row from a declared winner (`Records.winners`): the same numbers everywhere."""
     status = {"tie": "tie", "unresolved": "unresolved"}.get(w["verdict"] or "", "ok")
-    row = _empty(region, budget, status, **extra)
+    row = empty_row(region, budget, status, **extra)
     row.update({k: w[k] for k in ("lane", "config", "latency_ms", "latency_low_ms",
                                   "latency_high_ms", "spread_ms", "rel_error", "tie", "verdict",
                                   "unstable", "load")},
@@ -105,7 +92,7 @@ def _result_row(region: Region, budget: float, r: Any, runner_up: Any,
     def ms(x: float | None) -> float | None:
         return None if x is None else x * 1e3
 
-    row = _empty(region, budget, "ok", **extra)
+    row = empty_row(region, budget, "ok", **extra)
     config = r.config.as_dict()
     row.update(lane=r.lane, config=config, precision=_precision(r.lane, config),
                latency_ms=ms(r.latency), latency_low_ms=ms(r.latency_low),
@@ -131,7 +118,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     region (README: `arbiter tune --json`)."""
     from .records import Records, fingerprint, one_sweep
     from .search import check_sampler, plan
-    from .sweep import Options, sweep_region
+    from .sweep import BusyNotice, Options, sweep_region
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
@@ -148,6 +135,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     todo = spec_regions(spec, regions)
     url = db or settings().db
     opts = Options(trials, sampler, seed, timing, refinal)
+    busy = BusyNotice(timing)
     rows = []
     with one_sweep(url), Worker(timeout) as worker:
         records = Records(url)
@@ -163,7 +151,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
             for region, region_id, env_id, lane_ids, p in work:
                 b = budget_of(region, budget)
                 if not p.lanes:
-                    rows.append(_empty(region, b, "no applicable lane"))
+                    rows.append(empty_row(region, b, "no applicable lane"))
                     continue
                 bar.set_description(region.name or region.key[:12])
 
@@ -175,34 +163,22 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
                 done = sweep_region(region, p, records, worker, region_id=region_id,
                                     env_id=env_id, lane_ids=lane_ids, budget=b,
                                     ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR), opts=opts,
-                                    on_trial=tick)
+                                    busy=busy, on_trial=tick)
                 counts = {"new_trials": done.new, "reused_trials": done.reused,
                           "statuses": done.statuses}
                 declared = records.winners(region_id, env_id, b)
                 rows.append(_winner_row(region, b, declared[0], **counts) if declared
-                            else _empty(region, b, "no candidate within budget", **counts))
+                            else empty_row(region, b, "no candidate within budget", **counts))
         finally:
             bar.close()
     return rows
 
 
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_description(self, text: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _bar(total: int, shown: bool) -> Any:
-    if not (shown and sys.stderr.isatty()):
-        return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False,
+                disable=not (shown and sys.stderr.isatty()))
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None,
@@ -290,69 +266,6 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                     return row
     raise ArbiterError(f"region {region.label!r}: tuned on other machines only, and no recorded "
                        f"winner passed re-verification here (run `arbiter tune`)")
-
-
-def export_optuna(db: str | None = None) -> list[str]:
-    """Write the records' searches as Optuna studies in the same database, one per region and
-    environment, for `optuna-dashboard` (each candidate built and run: params, latency in ms as
-    the value, the accuracy constraint); studies written before get only what they lack.
-    Returns the studies' names. (Optuna's storage writes a trial in milliseconds: a sweep
-    leaves this to the user who wants the dashboard.)"""
-    from .records import Records
-    from .region import region_from_canonical
-    from .search import mirror, plan, study_name
-
-    url = db or settings().db
-    records = Records(url, create=False)
-    names = []
-    for region_id, name, canonical, env_id, fp in records.swept():
-        region = region_from_canonical(canonical).with_name(name)
-        results = records.results(region_id, env_id)
-        installed = set(lane_names())
-        lanes = [get_lane(n) for n in sorted({r.lane for r in results}) if n in installed]
-        declared = records.winners(region_id, env_id)
-        budget = declared[-1]["budget"] if declared else budget_of(region)
-        p = plan(region, lanes, results, len(results))
-        names.append(study_name(region, fp, p))
-        mirror(url, names[-1], p, budget)
-    return names
-
-
-def best_rows(spec: str | Path | Spec, region_name: str | None = None, *,
-              budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
-    """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
-    if region_name:
-        return [best(r, budget=budget, db=db) for r in spec_regions(spec, [region_name])]
-    rows = []
-    for r in spec_regions(spec):
-        try:
-            rows.append(best(r, budget=budget, db=db))
-        except ArbiterError as e:
-            rows.append(_empty(r, budget_of(r, budget), "no answer", detail=one_line(str(e))))
-    return rows
-
-
-def check(spec: str | Path | Spec, *, lanes: Sequence[str] | str | None = None,
-          budget: float | None = None, timeout: float = 120.0) -> list[dict[str, Any]]:
-    """Every applicable, available lane's default config on every region, against the oracle,
-    each in the worker process (a lane that crashes or hangs is a status in the table)."""
-    chosen = usable_lanes(lanes)
-    rows = []
-    with Worker(timeout=timeout) as worker:
-        for region in spec_regions(spec):
-            b = budget_of(region, budget)
-            seeds = fresh_seeds()
-            for lane in chosen:
-                if lane.applies_to(region) is not None:
-                    continue
-                built = build_candidate(lane, region, lane.space(region).default)
-                m = built if isinstance(built, Measurement) else worker.check(
-                    lane.name, region, built, b, seeds=seeds, timing=None)
-                detail = "" if m.status is Status.OK else m.log.strip().splitlines()[-1:]
-                rows.append({"region": region.name, "lane": lane.name, "status": m.status.value,
-                             "rel_error": m.rel_error, "max_abs": m.max_abs, "budget": b,
-                             "detail": detail[0] if detail else ""})
-    return rows
 
 
 def _coerce(text: str, choices: Sequence[Any]) -> Any:

@@ -22,7 +22,7 @@ from .records import FINAL, Records, Result
 from .region import Region
 from .search import Plan, Search
 
-__all__ = ["Options", "RegionSweep", "sweep_region"]
+__all__ = ["BusyNotice", "Options", "RegionSweep", "sweep_region"]
 
 
 @dataclass(frozen=True)
@@ -44,25 +44,27 @@ class RegionSweep:
     choice: Choice | None = None
 
 
-class _Busy:
-    """Says once per process run that the machine was busy while timing."""
+class BusyNotice:
+    """Says once per sweep that the machine was busy while it timed."""
 
-    told = False
+    def __init__(self, timing: Timing) -> None:
+        self.timing, self.told = timing, False
 
-    @classmethod
-    def note(cls, m: Measurement, timing: Timing) -> None:
-        if cls.told or not (m.waited > 0 or (m.load is not None and m.load > BUSY)):
+    def note(self, m: Measurement) -> None:
+        if self.told or not (m.waited > 0 or (m.load is not None and m.load > BUSY)):
             return
-        cls.told = True
-        share = "" if m.load is None else f" (others used {m.load:.0%} of this process's CPUs)"
-        print(f"arbiter: the machine is busy{share}: each timing waits up to {timing.wait:g} s "
-              "for it to quiet down, and every measurement records the load it was taken "
-              "under", file=sys.stderr, flush=True)
+        self.told = True
+        share = (f" (others used {m.load:.0%} of this process's CPUs while it timed)"
+                 if m.load is not None and m.load > BUSY else "")
+        print(f"arbiter: the machine is busy{share}: each timing waits up to "
+              f"{self.timing.wait:g} s for other processes to leave this process's CPUs, and "
+              "every measurement records the load it was taken under", file=sys.stderr,
+              flush=True)
 
 
 def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, region_id: int,
                  env_id: int, lane_ids: dict[str, int], budget: float, ceiling: float,
-                 opts: Options,
+                 opts: Options, busy: BusyNotice,
                  on_trial: Callable[[str, Result], None] | None = None) -> RegionSweep:
     out = RegionSweep(reused=len(p.measured))
     seeds = fresh_seeds(2)  # fresh inputs for every sweep, shared by its candidates
@@ -70,7 +72,7 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
 
     def record(lane: str, config: Any, m: Measurement, kind: str = "sweep") -> Result:
         r = records.record(region_id, env_id, lane_ids[lane], config, m, budget, kind)
-        _Busy.note(m, opts.timing)
+        busy.note(m)
         return r
 
     while p.needed > 0:

@@ -350,7 +350,7 @@ def test_every_lanes_default_is_measured_first(env):
 def _db_study(url: str):
     import optuna
 
-    from arbiter.api import export_optuna
+    from arbiter.cli.export import export_optuna
 
     export_optuna(url)
     [summary] = optuna.get_all_study_summaries(storage=url)

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from .._errors import ArbiterError, one_line
+from ..api import best, empty_row, spec_regions
+from ..check import budget_of
 from ._table import print_json, print_table
 from .tune import table_row
 
@@ -21,8 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..api import best_rows
-
     rows = best_rows(args.spec, args.region, budget=args.budget, db=args.db)
     if args.json:
         print_json(rows)
@@ -32,3 +34,18 @@ def main(args: argparse.Namespace) -> int:
             if r.get("detail"):
                 print(f"{r['region']}: {r['detail']}")
     return 0 if all(r["lane"] for r in rows) else 1
+
+
+def best_rows(spec: str, region_name: str | None = None, *,
+              budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
+    """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
+    if region_name:
+        return [best(r, budget=budget, db=db) for r in spec_regions(spec, [region_name])]
+    rows = []
+    for r in spec_regions(spec):
+        try:
+            rows.append(best(r, budget=budget, db=db))
+        except ArbiterError as e:
+            rows.append(empty_row(r, budget_of(r, budget), "no answer",
+                                  detail=one_line(str(e))))
+    return rows

@@ -1,8 +1,11 @@
+"""`arbiter lanes`: every registered lane, its platform and whether it can run here."""
+
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from ..api import lane_table
+from ..lane import get_lane, lane_names
 from ._table import print_json, print_table
 
 
@@ -17,3 +20,17 @@ def main(args: argparse.Namespace) -> int:
     else:
         print_table(rows, ["name", "platform", "available", "reason"])
     return 0
+
+
+def lane_table() -> list[dict[str, Any]]:
+    rows = []
+    for name in lane_names():
+        try:
+            lane = get_lane(name)
+            av = lane.available()
+            rows.append({"name": name, "platform": lane.platform.value,
+                         "available": bool(av.ok), "reason": av.reason})
+        except Exception as e:  # noqa: BLE001  a broken plug-in is reported, not fatal
+            rows.append({"name": name, "platform": "?", "available": False,
+                         "reason": f"failed to load: {type(e).__name__}: {e}"})
+    return rows

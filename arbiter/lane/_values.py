@@ -12,18 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-__all__ = [
-    "ENUMERABLE",
-    "Artifact",
-    "Availability",
-    "Config",
-    "KernelSource",
-    "Platform",
-    "Rule",
-    "Space",
-    "Status",
-    "Tunable",
-]
+__all__ = ["ENUMERABLE", "Artifact", "Availability", "Config", "KernelSource", "Platform", "Rule",
+           "Space", "Status", "Tunable"]
 
 
 class Platform(str, enum.Enum):

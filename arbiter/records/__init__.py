@@ -21,6 +21,7 @@ from ._models import (
 )
 from ._records import Records, Result, finite
 from ._session import (
+    BUSY_TIMEOUT_MS,
     alembic_config,
     close_engines,
     engine_for,
@@ -33,7 +34,8 @@ from ._session import (
 )
 
 __all__ = [
-    "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel", "CeilingModel",
+    "BUSY_TIMEOUT_MS", "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base",
+    "CandidateModel", "CeilingModel",
     "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel", "Records",
     "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines", "engine_for",
     "file_identity", "finite", "fingerprint", "one_sweep", "require_current", "revision_of",

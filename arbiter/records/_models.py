@@ -240,11 +240,6 @@ class CeilingModel(Base):
     measured_at: Mapped[datetime] = mapped_column(DateTime, default=now)
 
     @classmethod
-    def of_environment(cls, session: Session, environment_id: int) -> list[CeilingModel]:
-        return list(session.scalars(
-            select(cls).where(cls.environment_id == environment_id).order_by(cls.name)))
-
-    @classmethod
     def put(cls, session: Session, environment_id: int, name: str, value: float, unit: str,
             method: str) -> CeilingModel:
         row = session.scalars(select(cls).where(cls.environment_id == environment_id,

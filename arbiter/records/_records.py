@@ -57,6 +57,7 @@ class Result:
     timing_method: str = ""
     log: str = ""
     measured_at: datetime | None = None
+    environment_id: int = 0
 
     def fits(self, budget: float) -> bool:
         """Timed and inside `budget` (wrong_result only meant: outside the sweep's budget)."""
@@ -68,7 +69,8 @@ class Result:
 def _result(c: CandidateModel, lane: str, m: MeasurementModel) -> Result:
     return Result(c.id, lane, Config.of(c.config_dict()), Status(m.status), m.rel_error,
                   m.max_abs, m.latency, m.latency_low, m.latency_high, m.spread,
-                  bool(m.unstable), m.load, m.budget, m.timing_method, m.log, m.created_at)
+                  bool(m.unstable), m.load, m.budget, m.timing_method, m.log, m.created_at,
+                  c.environment_id)
 
 
 class Records:
@@ -91,13 +93,12 @@ class Records:
 
     def region_id(self, key: str) -> int | None:
         with session_scope(self.url) as s:
-            r = RegionModel.find(s, key)
-            return None if r is None else r.id
+            return s.scalar(select(RegionModel.id).where(RegionModel.key == key))
 
     def environment_id(self, fingerprint: str) -> int | None:
         with session_scope(self.url) as s:
-            e = EnvironmentModel.find(s, fingerprint)
-            return None if e is None else e.id
+            return s.scalar(select(EnvironmentModel.id)
+                            .where(EnvironmentModel.fingerprint == fingerprint))
 
     def results(self, region_id: int, environment_id: int | None = None,
                 kind: str = SWEEP) -> list[Result]:
@@ -184,33 +185,17 @@ class Records:
         with session_scope(self.url) as s:
             return [_winner_row(*row) for row in s.execute(q)]
 
-    def swept(self) -> list[tuple[int, str, str, int, str]]:
-        """Every (region id, name, canonical form, environment id, fingerprint) with
-        candidates."""
-        q = (select(RegionModel.id, RegionModel.name, RegionModel.canonical, EnvironmentModel.id,
-                    EnvironmentModel.fingerprint)
-             .join(CandidateModel, CandidateModel.region_id == RegionModel.id)
-             .join(EnvironmentModel, EnvironmentModel.id == CandidateModel.environment_id)
-             .distinct().order_by(RegionModel.id, EnvironmentModel.id))
-        with session_scope(self.url) as s:
-            return [(r, n, c, e, f) for r, n, c, e, f in s.execute(q)]
-
     def foreign(self, region_id: int,
                 environment_id: int | None) -> list[tuple[int, str, list[Result]]]:
         """Other environments' sweep results for this region: (id, fingerprint, results),
         newest environment first."""
+        by_env: dict[int, list[Result]] = {}
+        for r in self.results(region_id):
+            if r.environment_id != environment_id:
+                by_env.setdefault(r.environment_id, []).append(r)
         with session_scope(self.url) as s:
             envs = {i: fp for i, fp in s.execute(select(EnvironmentModel.id,
                                                         EnvironmentModel.fingerprint))}
-        by_env: dict[int, list[Result]] = {}
-        with session_scope(self.url) as s:
-            q = (select(CandidateModel.id, CandidateModel.environment_id)
-                 .where(CandidateModel.region_id == region_id))
-            env_of = {i: e for i, e in s.execute(q)}
-        for r in self.results(region_id):
-            e = env_of[r.candidate_id]
-            if e != environment_id:
-                by_env.setdefault(e, []).append(r)
         return [(e, envs[e], by_env[e]) for e in sorted(by_env, reverse=True)]
 
 

@@ -197,29 +197,19 @@ def require_current(url: str, *, create: bool = True) -> None:
 
 def _create(url: str) -> None:
     """The models' tables, stamped with the head revision in our version table (Alembic's
-    "create_all, then stamp" recipe); one process does it while others wait for its stamp."""
+    "create_all, then stamp" recipe). Processes creating one database at once: all but one
+    fail on the other's rows, and wait for its stamp."""
     from sqlalchemy import Column, MetaData, String, Table
 
     version = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32),
                                                       primary_key=True))
-    engine = engine_for(url)
     try:
-        with engine.connect() as conn:
-            if engine.dialect.name == "sqlite":  # the write lock first: one creator at a time
-                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                conn.begin()
-            if _revision(conn) is None:  # read again under the lock: made meanwhile?
-                Base.metadata.create_all(conn)
-                version.create(conn, checkfirst=True)
-                conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
-            if engine.dialect.name == "sqlite":
-                conn.exec_driver_sql("COMMIT")
-            else:
-                conn.commit()
+        with engine_for(url).begin() as conn:
+            Base.metadata.create_all(conn)
+            version.create(conn, checkfirst=True)
+            conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
-        for _ in range(100):  # another process creating it without SQLite's lock won
+        for _ in range(100):
             if revision_of(url) == SCHEMA_REVISION:
                 return
             time.sleep(0.05)

@@ -17,40 +17,20 @@ else:  # pragma: no cover
 
 __all__ = ["Spec", "load_spec", "parse_spec"]
 
-_NUM = (int, float)
+_STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
+_NUM, _OPS = ((int, float), "number"), (list, "list of op names")
 # field -> (accepted types, type name for messages); one table, shared by all kinds
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "name": (str, "string"),
-    "kind": (str, "string"),
-    "M": (int, "integer"),
-    "N": (int, "integer"),
-    "K": (int, "integer"),
-    "batch": (int, "integer"),
-    "heads": (int, "integer"),
-    "seq_q": (int, "integer"),
-    "seq_k": (int, "integer"),
-    "head_dim": (int, "integer"),
-    "prologue": (list, "list of op names"),
-    "epilogue": (list, "list of op names"),
-    "residual": (bool, "boolean"),
-    "causal": (bool, "boolean"),
-    "reduction": (str, "string"),
-    "eps": (_NUM, "number"),
-    "scale": (_NUM, "number"),
-    "budget": (_NUM, "number"),
+    "name": _STR, "kind": _STR, "reduction": _STR, "prologue": _OPS, "epilogue": _OPS,
+    "residual": _BOOL, "causal": _BOOL, "eps": _NUM, "scale": _NUM, "budget": _NUM,
+    **dict.fromkeys(("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim"), _INT),
 }
-_KINDS = {
-    "fused": (
-        FusedRegion,
-        ("M", "N", "K"),
-        ("prologue", "epilogue", "residual", "reduction", "eps"),
-    ),
+_KINDS = {  # kind -> (class, required fields, optional fields)
+    "fused": (FusedRegion, ("M", "N", "K"),
+              ("prologue", "epilogue", "residual", "reduction", "eps")),
     "rowwise": (RowwiseRegion, ("M", "N"), ("epilogue", "residual", "reduction", "eps")),
-    "attention": (
-        AttentionRegion,
-        ("batch", "heads", "seq_q", "head_dim"),
-        ("seq_k", "causal", "scale"),
-    ),
+    "attention": (AttentionRegion, ("batch", "heads", "seq_q", "head_dim"),
+                  ("seq_k", "causal", "scale")),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._plan import Plan, plan
 from ._samplers import DEFAULT_SAMPLER, SAMPLERS, check_sampler, make_sampler
-from ._study import Proposal, Search, mirror, study_name
+from ._study import Proposal, Search, frozen_trial
 
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "Plan", "Proposal", "Search", "check_sampler",
-           "make_sampler", "mirror", "plan", "study_name"]
+           "frozen_trial", "make_sampler", "plan"]

@@ -9,27 +9,22 @@ trial's value is the candidate's latency in ms, and its accuracy is a constraint
 (`rel_error - budget <= 0`). Proposals come a batch at a time (they build together); the TPE
 samplers see the ones still in flight as pending (constant liar).
 
-`mirror` writes a region's recorded trials to an Optuna study in the records' database, for
-`optuna-dashboard` (`arbiter export optuna`; configs the lanes' rules refused, never built,
-left out).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import StoreError, one_line
-from ..lane import Config, Status
+from ..lane import Config
 from ..records import Result, finite
 from ._plan import Plan
 from ._samplers import make_sampler
 
-__all__ = ["Proposal", "Search", "mirror", "study_name"]
+__all__ = ["Proposal", "Search", "frozen_trial"]
 
 DUPES_BEFORE_DRAW = 4  # measured proposals in a row before a random unmeasured one is drawn
 
@@ -72,7 +67,7 @@ def _score(r: Result, budget: float) -> tuple[float, float]:
             1.0 if err is None else err - budget)
 
 
-def _trial(p: Plan, r: Result, budget: float) -> Any | None:
+def frozen_trial(p: Plan, r: Result, budget: float) -> Any | None:
     """A recorded result as a finished trial (None: the space cannot express its config)."""
     if r.lane not in p.spaces:
         return None
@@ -166,7 +161,7 @@ class Search:
             self.study = optuna.create_study(sampler=make_sampler(self.sampler, self.seed),
                                              direction="minimize")
             trials = [t for r in self.p.measured.values()
-                      if (t := _trial(self.p, r, self.budget)) is not None]
+                      if (t := frozen_trial(self.p, r, self.budget)) is not None]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.study.add_trials(trials)
@@ -185,59 +180,6 @@ class Search:
         if proposal.trial is not None:
             self._tell(proposal.trial, r)
         elif self.study is not None:
-            t = _trial(self.p, r, self.budget)
+            t = frozen_trial(self.p, r, self.budget)
             if t is not None:
                 self.study.add_trial(t)
-
-
-def study_name(region: Any, fingerprint: str, p: Plan) -> str:
-    """Readable, and one per set of lanes and choices (a study's distributions never change
-    under one name)."""
-    lanes = ";".join(f"{n}@{p.lanes[n].version}:" + ",".join(
-        f"{t.name}={t.choices!r}" for t in p.spaces[n].tunables) for n in sorted(p.lanes))
-    tag = hashlib.sha256(lanes.encode()).hexdigest()[:8]
-    return f"{region.label} [{region.key[:8]}] env {fingerprint[:8]} lanes {tag}"
-
-
-_STORAGES: dict[str, tuple[Any, Any]] = {}  # url -> (its file's identity, storage)
-
-
-def _storage(url: str) -> Any:
-    """Optuna's storage for the records' database, opened once per process and file (SQLite
-    with the records' own pragmas: WAL, busy timeout)."""
-    from ..records import file_identity, sqlite_path
-
-    ident = file_identity(url)
-    if url not in _STORAGES or _STORAGES[url][0] != ident:
-        optuna = _optuna()
-        kwargs: dict[str, Any] = {}
-        path = sqlite_path(url)
-        if path is not None:
-            from ..records._session import sqlite_pragmas
-
-            def connect() -> Any:
-                import sqlite3
-
-                conn = sqlite3.connect(path, check_same_thread=False)
-                sqlite_pragmas(conn)
-                return conn
-
-            kwargs["creator"] = connect
-        _STORAGES[url] = ident, optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    return _STORAGES[url][1]
-
-
-def mirror(url: str, name: str, p: Plan, budget: float) -> None:
-    """Add to the database study `name` every recorded candidate it lacks. (The records are
-    committed already: a failure here loses none of them.)"""
-    optuna = _optuna()
-    try:
-        study = optuna.create_study(storage=_storage(url), study_name=name, load_if_exists=True,
-                                    direction="minimize")
-        have = {t.user_attrs.get("candidate") for t in study.get_trials(deepcopy=False)}
-        missing = [t for r in p.measured.values() if r.candidate_id not in have
-                   and r.status is not Status.INVALID and (t := _trial(p, r, budget)) is not None]
-        if missing:
-            study.add_trials(missing)
-    except Exception as e:  # noqa: BLE001  Optuna's own tables, in the records' database
-        raise StoreError(f"database {url}: optuna's study tables: {one_line(str(e))}") from e
