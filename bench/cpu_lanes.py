@@ -336,7 +336,8 @@ LIMITS = [
     "16 floats on top of three passes over the row) is comparable to the DRAM time on 2 cores.",
     "- GEMM: the micro-kernel is plain C that gcc auto-vectorizes (MR x NR accumulators in "
     "zmm/ymm registers, packed A/B panels, MC/KC blocking, OpenMP over column panels); "
-    "OpenBLAS runs hand-written SkylakeX assembly on this Zen 4 core. The fused epilogue runs "
+    "OpenBLAS runs hand-written assembly for the core it detects (its kernel, above). The "
+    "fused epilogue runs "
     "on each finished MC-row block while it is in L2, so bias+gelu costs almost nothing "
     "extra, whereas numpy makes one pass (and one temporary) per op.",
 ]
