@@ -12,7 +12,7 @@ import numpy as np
 from ._errors import ArbiterError, LaneError
 from .check import budget_of, checked_budget, fresh_seeds
 from .choose import choose, winner_that_stands
-from .lane import Config, Lane, Status, all_lanes, get_lane, validate_inputs
+from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
 from .region import Region, Spec, load_spec, output_shape
 from .settings import settings
@@ -31,8 +31,17 @@ CEILING_FACTOR, CEILING_FLOOR = 10.0, 1e-2
 def usable_lanes(names: Sequence[str] | str | None) -> list[Lane]:
     """Available lanes; explicitly named lanes (a list, or the CLI's "a,b") must exist and be
     available."""
-    if names is None:
-        return [lane for lane in all_lanes() if lane.available()]
+    if names is None:  # every installed lane that can run here; a broken plug-in is said
+        usable = []
+        for name in lane_names():
+            try:
+                lane = get_lane(name)
+            except LaneError as e:
+                print(f"arbiter: {e}: left out", file=sys.stderr)
+                continue
+            if lane.available():
+                usable.append(lane)
+        return usable
     if isinstance(names, str):
         names = names.split(",")
     lanes = all_lanes([n.strip() for n in names if n.strip()])
@@ -74,7 +83,8 @@ def empty_row(region: Region, budget: float, status: str, **extra: Any) -> dict[
 
 def _winner_row(region: Region, budget: float, w: dict[str, Any], **extra: Any) -> dict:
     """A row from a declared winner (`Records.winners`): the same numbers everywhere."""
-    status = {"tie": "tie", "unresolved": "unresolved"}.get(w["verdict"] or "", "ok")
+    status = w["verdict"] if w["verdict"] in ("tie", "unresolved") else (
+        "tie" if w["tie"] else "ok")
     row = empty_row(region, budget, status, **extra)
     row.update({k: w[k] for k in ("lane", "config", "latency_ms", "latency_low_ms",
                                   "latency_high_ms", "spread_ms", "rel_error", "tie", "verdict",
@@ -88,7 +98,7 @@ def _winner_row(region: Region, budget: float, w: dict[str, Any], **extra: Any) 
 
 def _result_row(region: Region, budget: float, r: Any, runner_up: Any,
                 **extra: Any) -> dict[str, Any]:
-    """A row from a recorded result that no sweep declared (its sweep latency)."""
+    """A row from a recorded result that no sweep declared."""
     def ms(x: float | None) -> float | None:
         return None if x is None else x * 1e3
 
@@ -134,7 +144,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     chosen = usable_lanes(lanes)
     todo = spec_regions(spec, regions)
     url = db or settings().db
-    opts = Options(trials, sampler, seed, timing, refinal)
+    opts = Options(sampler, seed, timing, refinal)
     busy = BusyNotice(timing)
     rows = []
     with one_sweep(url), Worker(timeout) as worker:
@@ -210,18 +220,19 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
         if w is not None:
             return _winner_row(region, b, w, **here)
         if results:
+            # a finalist counts with the latency its rounds gave (the one every other answer
+            # shows for it); one that failed its re-check or re-timing does not count
+            final = {r.candidate_id: r for r in records.results(region_id, env_id, FINAL)}
+            results = [f for f in (final.get(r.candidate_id, r) for r in results)
+                       if f.candidate_id not in final or f.status is Status.OK]
             choice = choose(results, b)
             if choice is None:
                 seen = [r.rel_error for r in results if r.latency is not None and r.rel_error]
                 low = f"; lowest timed error recorded {min(seen):.3g}" if seen else ""
                 raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
                                    f"budget {b:g}{low}")
-            # chosen by sweep latencies; a candidate re-timed as a finalist is shown with the
-            # latency its rounds gave, the one every other answer shows for it
-            final = {r.candidate_id: r for r in records.results(region_id, env_id, FINAL)
-                     if r.status is Status.OK}
-            return _result_row(region, b, final.get(choice.winner.candidate_id, choice.winner),
-                               choice.runner_up, source="records", fingerprint=fp.hash)
+            return _result_row(region, b, choice.winner, choice.runner_up, source="records",
+                               fingerprint=fp.hash)
     return _reverified(region, b, records, region_id, env_id, fp, timeout)
 
 

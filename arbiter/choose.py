@@ -78,7 +78,11 @@ def decide(final: Sequence[tuple[Result, Measurement]], band: float = EQUIVALENC
     ok = [(r, m) for r, m in final if r.status is Status.OK and r.latency is not None]
     if not ok:
         return None
-    ok.sort(key=lambda rm: (rm[0].latency, rm[0].candidate_id))
+    # a finalist that left the rounds early was shown slower than the fastest then: it is
+    # neither winner nor runner-up (its latency covers fewer, earlier rounds than theirs)
+    most = max(len(m.samples) for _, m in ok)
+    ok = sorted(((r, m) for r, m in ok if len(m.samples) == most),
+                key=lambda rm: (rm[0].latency, rm[0].candidate_id))
     if len(ok) == 1:
         return Choice(ok[0][0], None, None)
     (w, wm), (r, rm) = ok[0], ok[1]

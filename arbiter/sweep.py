@@ -27,7 +27,6 @@ __all__ = ["BusyNotice", "Options", "RegionSweep", "sweep_region"]
 
 @dataclass(frozen=True)
 class Options:
-    trials: int = 30
     sampler: str = "tpe"
     seed: int | None = None
     timing: Timing = field(default_factory=Timing)
@@ -90,10 +89,13 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
             out.statuses[r.status.value] = out.statuses.get(r.status.value, 0) + 1
             if on_trial:
                 on_trial(proposal.lane, r)
-    if out.new or opts.refinal or not records.winners(region_id, env_id, budget):
+    declared = records.winners(region_id, env_id, budget)
+    # a winner decided with another equivalence band is decided again
+    if out.new or opts.refinal or not declared or declared[0]["band"] != opts.timing.band:
         out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
         if out.choice is not None:
-            records.save_winner(region_id, env_id, budget, out.choice.stored())
+            records.save_winner(region_id, env_id, budget,
+                                {**out.choice.stored(), "band": opts.timing.band})
     return out
 
 
@@ -101,8 +103,9 @@ def _finals(region: Region, p: Plan, records: Records, worker: Worker, seeds: li
             budget: float, timing: Timing,
             record: Callable[..., Result]) -> Choice | None:
     """Re-time the finalists interleaved and decide among those numbers. A finalist that
-    no longer builds or passes is left out; if the re-timing itself dies (a flaky kernel),
-    it is run once more without the ones that fail alone."""
+    no longer builds or passes is left out. If the rounds themselves die (a kernel that
+    crashes or hangs only now), each finalist is timed alone to find which one: it is
+    recorded so and left out, and the others are timed together again."""
     top = finalists(list(p.measured.values()), budget)
     entries: list[tuple[Result, Lane, Artifact]] = []
     for r, a in zip(top, build_all([(p.lanes[r.lane], region, r.config) for r in top])):
@@ -110,15 +113,25 @@ def _finals(region: Region, p: Plan, records: Records, worker: Worker, seeds: li
             record(r.lane, r.config, a, FINAL)
         else:
             entries.append((r, p.lanes[r.lane], a))
-    if not entries:
+
+    def rounds(of: list[tuple[Result, Lane, Artifact]]) -> list[Measurement] | None:
+        ms = worker.finals(region, [(lane.name, a) for _, lane, a in of], budget,
+                           seeds=seeds, timing=timing)
+        died = len(of) > 1 and all(m.status in (Status.CRASHED, Status.TIMEOUT) for m in ms)
+        return None if died else ms
+
+    ms = rounds(entries) if entries else []
+    if ms is None:
+        kept = []
+        for e in entries:
+            [alone] = rounds([e]) or [Measurement(Status.CRASHED)]
+            if alone.status in (Status.CRASHED, Status.TIMEOUT):
+                record(e[0].lane, e[0].config, alone, FINAL)
+            else:
+                kept.append(e)
+        entries = kept
+        ms = rounds(entries) if entries else []
+    if ms is None:
         return None
-    ms = worker.finals(region, [(lane.name, a) for _, lane, a in entries], budget, seeds=seeds,
-                       timing=timing)
-    if len(entries) > 1 and all(m.status in (Status.CRASHED, Status.TIMEOUT) for m in ms):
-        alone = [worker.check(lane.name, region, a, budget, seeds=seeds, timing=None)
-                 for _, lane, a in entries]
-        entries = [e for e, m in zip(entries, alone) if m.status is Status.OK]
-        ms = worker.finals(region, [(lane.name, a) for _, lane, a in entries], budget,
-                           seeds=seeds, timing=timing) if entries else []
     final = [(record(r.lane, r.config, m, FINAL), m) for (r, _, _), m in zip(entries, ms)]
     return decide(final, timing.band)

@@ -62,8 +62,6 @@ class LaneConformance:
     budget: float | None = None  # None: each region's own budget (default 1e-3)
     sampled_configs: int = 3  # extra configs from the space checked per region (besides default)
 
-    # -- fixtures ---------------------------------------------------------------------------
-
     @pytest.fixture
     def lane(self) -> Lane:
         lane = get_lane(self.lane_name)
@@ -85,8 +83,6 @@ class LaneConformance:
 
     def _budget(self, region: Region) -> float:
         return budget_of(region, self.budget)
-
-    # -- the contract -----------------------------------------------------------------------
 
     def test_satisfies_protocol(self, lane: Lane) -> None:
         assert isinstance(lane, Lane)

@@ -369,3 +369,20 @@ class Wobbly(FakeLane):
 wobbly = Wobbly()
 LANES[wobbly.name] = wobbly
 _ATTRS += ("wobbly",)
+
+
+class FlakyInRounds(Tiny):
+    """`Tiny` (and the fastest of it) whose kernel dies when timed in short turns, as the
+    finalists' interleaved rounds time it: a crash the sweep never saw."""
+
+    name = "fake_flaky_rounds"
+
+    def samples(self, runner, repeats):
+        if repeats <= 3 and runner.config["block"] == 4:
+            os._exit(7)
+        return super().samples(runner, repeats)
+
+
+flaky_rounds = FlakyInRounds()
+LANES[flaky_rounds.name] = flaky_rounds
+_ATTRS += ("flaky_rounds",)

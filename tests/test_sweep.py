@@ -165,6 +165,9 @@ def test_an_answer_from_the_records_shows_a_finalists_latency_from_its_rounds(en
     loose = arbiter.best(REGION, budget=5e-3, db=env)
     assert loose["source"] == "records" and loose["config"] == declared["config"]
     assert loose["latency_ms"] == declared["latency_ms"]
+    # its runner-up, a finalist too, with its rounds' latency: never faster than the winner
+    assert loose["runner_up"]["latency_ms"] == pytest.approx(declared["runner_up"]["latency_ms"])
+    assert loose["runner_up"]["latency_ms"] >= loose["latency_ms"]
 
 
 def test_a_tighter_budget_keeps_the_declared_winner_over_the_sweeps_latencies(env):
@@ -306,6 +309,25 @@ def test_run_without_lane_uses_the_recorded_winner(env):
     assert arbiter.compare(out, ref, 1e-3).status.value == "ok"
 
 
+def test_a_finalist_that_left_the_rounds_early_is_neither_winner_nor_runner_up():
+    from arbiter import Measurement
+    from arbiter.choose import decide
+    from arbiter.lane import Status
+    from arbiter.records import Result
+
+    def final(i: int, samples: list[float]) -> tuple[Result, Measurement]:
+        m = Measurement(Status.OK, 1e-7, 1e-7, tuple(samples))
+        e = m.estimate
+        return Result(i, "x", Config.of(k=i), Status.OK, 1e-7, 1e-7, e.latency, e.low, e.high,
+                      e.spread, False, None, 1e-3), m
+
+    # the machine slowed after the early one left: its early rounds look fastest
+    early = final(1, [1.15] * 30)
+    a, b = final(2, [1.0] * 30 + [1.4] * 90), final(3, [1.1] * 30 + [1.5] * 90)
+    choice = decide([early, a, b])
+    assert (choice.winner.candidate_id, choice.runner_up.candidate_id) == (2, 3)
+
+
 def test_the_finalists_are_the_fastest_three_and_each_vendor_lanes_best():
     from arbiter.choose import finalists
     from arbiter.lane import Status
@@ -442,3 +464,38 @@ def test_a_busy_machine_is_waited_for_and_said_once(env, capfd):
     loads = [x for (x,) in _rows(env, "select load from measurements where kind = 'sweep' "
                                       "and latency is not null")]
     assert loads and all(x is not None and x > 0.2 for x in loads)
+
+
+def test_a_finalist_that_crashes_only_in_the_rounds_is_found_and_the_others_decided(env):
+    # fake_flaky_rounds' block=4 configs pass the sweep and die in the finalists' rounds
+    [row] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_flaky_rounds"], timing=QUICK)
+    assert row["lane"] == "fake_flaky_rounds" and row["config"]["block"] != 4
+    finals = _rows(env, "select json_extract(c.config, '$.block'), m.status from measurements m"
+                        " join candidates c on c.id = m.candidate_id where m.kind = 'final'")
+    assert {s for b, s in finals if b == 4} == {"crashed"}
+    assert {s for b, s in finals if b != 4} == {"ok"}
+    # the crashing one is not served from the records either
+    assert arbiter.best(REGION, budget=2e-3, db=env)["config"]["block"] != 4
+
+
+def test_another_equivalence_band_decides_the_winner_again(env):
+    [first] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], timing=QUICK)
+    assert first["verdict"] == "faster"  # the best two differ by 30%
+    [again] = arbiter.tune(REGION, db=env, trials=100, lanes=["fake_tiny"], equivalence=0.5,
+                           timing=QUICK)
+    assert again["new_trials"] == 0 and again["verdict"] == "tie"
+    assert _rows(env, "select band from winners") == [(0.5,)]
+
+
+def test_a_broken_plug_in_is_left_out_of_every_lane_and_named_it_is_one_line(env, monkeypatch,
+                                                                             capsys):
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny")
+                       + ",broken=no_such_module:lane,notalane=os:path")
+    [row] = arbiter.tune(REGION, db=env, trials=2, timing=QUICK)
+    assert row["lane"] in ("fake_tiny", "numpy", "x86_c")
+    err = capsys.readouterr().err
+    assert "lane 'broken' (no_such_module:lane) failed to load" in err
+    assert "lane 'notalane' (os:path) is not a lane" in err
+    for name in ("broken", "notalane"):
+        with pytest.raises(ArbiterError, match=f"lane '{name}'"):
+            arbiter.tune(REGION, db=env, lanes=[name])

@@ -39,6 +39,10 @@ def main(args: argparse.Namespace) -> int:
 def best_rows(spec: str, region_name: str | None = None, *,
               budget: float | None = None, db: str | None = None) -> list[dict[str, Any]]:
     """`arbiter best`: one row per region asked (all the spec's regions when none named)."""
+    from ..records import Records
+    from ..settings import settings
+
+    Records(db or settings().db, create=False)  # a database that is not there: one line
     if region_name:
         return [best(r, budget=budget, db=db) for r in spec_regions(spec, [region_name])]
     rows = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._errors import LaneError
 from ..lane import get_lane, lane_names
 from ._table import print_json, print_table
 
@@ -32,5 +33,6 @@ def lane_table() -> list[dict[str, Any]]:
                          "available": bool(av.ok), "reason": av.reason})
         except Exception as e:  # noqa: BLE001  a broken plug-in is reported, not fatal
             rows.append({"name": name, "platform": "?", "available": False,
-                         "reason": f"failed to load: {type(e).__name__}: {e}"})
+                         "reason": str(e) if isinstance(e, LaneError)
+                         else f"{type(e).__name__}: {e}"})
     return rows

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lanes", help="comma-separated lane names (default: all available)")
     p.add_argument("--budget", type=float, help="relative error budget for every region")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help="seconds one candidate may take to build, check and time "
+                   help="seconds one candidate may take to be checked and timed in its worker "
                    f"(default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--seed", type=int, help="sampler seed: the same draws on fresh records (TPE's "
                    "own proposals then follow the timings; README)")

@@ -39,12 +39,12 @@ def lane_names() -> list[str]:
 
 
 @cache
-def _load(target: str) -> Lane:
+def _load(target: str) -> object:
     module, _, attr = target.partition(":")
     obj = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
+    return obj
 
 
 def get_lane(name: str) -> Lane:
@@ -52,7 +52,15 @@ def get_lane(name: str) -> Lane:
     if name not in targets:
         known = ", ".join(sorted(targets)) or "none installed"
         raise LaneError(f"unknown lane {name!r} (known: {known})")
-    return _load(targets[name])
+    try:
+        lane = _load(targets[name])
+    except Exception as e:  # noqa: BLE001  a plug-in's import: its error, in one line
+        raise LaneError(f"lane {name!r} ({targets[name]}) failed to load: "
+                        f"{type(e).__name__}: {e}") from None
+    if not isinstance(lane, Lane):
+        raise LaneError(f"lane {name!r} ({targets[name]}) is not a lane: it lacks what "
+                        "arbiter.lane.Lane requires")
+    return lane
 
 
 def all_lanes(names: list[str] | None = None) -> list[Lane]:

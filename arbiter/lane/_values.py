@@ -60,10 +60,7 @@ class Config:
         return dict(self.items)
 
     def __getitem__(self, name: str) -> Any:
-        for k, v in self.items:
-            if k == name:
-                return v
-        raise KeyError(name)
+        return self.as_dict()[name]
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.as_dict().get(name, default)

@@ -36,23 +36,15 @@ def read_message(inp: BinaryIO) -> Any:
     return pickle.loads(inp.read(HEADER.unpack(head)[0]))
 
 
-def _check(req: dict[str, Any], load: Any) -> Any:
+def _handle(req: dict[str, Any], load: Any) -> Any:
     from ..lane import get_lane
-    from ._trial import check_and_time
+    from ._trial import check_and_time, finals
 
+    if req["op"] == "finals":
+        entries = [(get_lane(name), artifact) for name, artifact in req["entries"]]
+        return finals(entries, req["region"], req["budget"], req["seeds"], req["timing"], load)
     return check_and_time(get_lane(req["lane"]), req["region"], req["artifact"], req["budget"],
                           req["ceiling"], req["seeds"], req["timing"], load)
-
-
-def _finals(req: dict[str, Any], load: Any) -> Any:
-    from ..lane import get_lane
-    from ._trial import finals
-
-    entries = [(get_lane(name), artifact) for name, artifact in req["entries"]]
-    return finals(entries, req["region"], req["budget"], req["seeds"], req["timing"], load)
-
-
-_HANDLERS = {"check": _check, "finals": _finals}
 
 
 def serve(inp: BinaryIO, out: BinaryIO, parent: int | None) -> None:
@@ -61,7 +53,7 @@ def serve(inp: BinaryIO, out: BinaryIO, parent: int | None) -> None:
     load = Load([parent] if parent else [])
     while (req := read_message(inp)) is not None:
         try:
-            reply: Any = ("ok", _HANDLERS[req["op"]](req, load))
+            reply: Any = ("ok", _handle(req, load))
         except Exception:  # noqa: BLE001  what a lane raised is the trial's result
             reply = ("error", traceback.format_exc(limit=8))
         write_message(out, reply)

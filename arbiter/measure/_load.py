@@ -29,8 +29,9 @@ class Load:
             self.cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         except AttributeError:
             self.cpus = set()
-        self.marks: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=256)
-        self.mark()
+        first = self._read()
+        self.marks: collections.deque[tuple[float, int, int]] = collections.deque(
+            [first] if first else [], maxlen=256)
 
     def _read(self) -> tuple[float, int, int] | None:
         """(monotonic time, ticks others used on our CPUs, all ticks of our CPUs)."""
@@ -52,11 +53,6 @@ class Load:
         except (OSError, ValueError, IndexError):
             return None
         return time.monotonic(), busy - own, total
-
-    def mark(self) -> None:
-        r = self._read()
-        if r is not None:
-            self.marks.append(r)
 
     def now(self) -> float | None:
         """Others' share of our CPUs since the newest mark at least `WINDOW` old (or the

@@ -158,7 +158,7 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
 def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
             out: list[Measurement | None], entries: list,
             ) -> tuple[dict[int, list[float]], float | None, float]:
-    """Each live finalist's samples, the load over the last round, the seconds waited."""
+    """Each live finalist's samples, the highest load over a round, the seconds waited."""
     samples: dict[int, list[float]] = {i: [] for i in runners}
     live = set(runners)  # still timed
     start = time.monotonic()
@@ -176,7 +176,8 @@ def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
                                  entries[i][1])
                 del samples[i]
                 live.discard(i)
-        busy = load.now()
+        now = load.now()
+        busy = now if busy is None or (now is not None and now > busy) else busy
         rounds += 1
         if rounds >= t.max_rounds or time.monotonic() - start > t.max_seconds:
             break

@@ -24,8 +24,6 @@ from ._session import (
     BUSY_TIMEOUT_MS,
     alembic_config,
     close_engines,
-    engine_for,
-    file_identity,
     require_current,
     revision_of,
     session_scope,
@@ -34,10 +32,9 @@ from ._session import (
 )
 
 __all__ = [
-    "BUSY_TIMEOUT_MS", "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base",
-    "CandidateModel", "CeilingModel",
-    "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel", "Records",
-    "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines", "engine_for",
-    "file_identity", "finite", "fingerprint", "one_sweep", "require_current", "revision_of",
-    "session_scope", "sqlite_path", "upgrade",
+    "BUSY_TIMEOUT_MS", "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel",
+    "CeilingModel", "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel",
+    "Records", "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines",
+    "finite", "fingerprint", "one_sweep", "require_current", "revision_of", "session_scope",
+    "sqlite_path", "upgrade",
 ]

@@ -64,12 +64,8 @@ class RegionModel(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=now)
 
     @classmethod
-    def find(cls, session: Session, key: str) -> RegionModel | None:
-        return session.scalars(select(cls).where(cls.key == key)).first()
-
-    @classmethod
     def find_or_add(cls, session: Session, region: Any) -> RegionModel:
-        row = cls.find(session, region.key)
+        row = session.scalars(select(cls).where(cls.key == region.key)).first()
         if row is None:
             row = cls(key=region.key, name=region.name, kind=region.kind,
                       canonical=json.dumps(region.canonical(), sort_keys=True))
@@ -205,6 +201,7 @@ class WinnerModel(Base):
     ratio: Mapped[float | None] = mapped_column(Float, nullable=True)  # runner-up / winner
     ratio_low: Mapped[float | None] = mapped_column(Float, nullable=True)
     ratio_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    band: Mapped[float | None] = mapped_column(Float, nullable=True)  # of a tie, when decided
     verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)  # faster|tie|...
     tie: Mapped[bool] = mapped_column(Boolean, default=False)
     unstable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
@@ -214,12 +211,6 @@ class WinnerModel(Base):
     candidate: Mapped[CandidateModel] = relationship(foreign_keys=[candidate_id])
     runner_up: Mapped[CandidateModel | None] = relationship(foreign_keys=[runner_up_id])
 
-    @classmethod
-    def find(cls, session: Session, region_id: int, environment_id: int,
-             budget: float) -> WinnerModel | None:
-        return session.scalars(select(cls).where(
-            cls.region_id == region_id, cls.environment_id == environment_id,
-            cls.budget == budget)).first()
 
 
 class CeilingModel(Base):

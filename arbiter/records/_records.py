@@ -156,7 +156,10 @@ class Records:
         """Declare (or declare again) the winner for (region, environment, budget)."""
         def save() -> None:
             with session_scope(self.url) as s:
-                w = WinnerModel.find(s, region_id, environment_id, budget)
+                w = s.scalars(select(WinnerModel).where(
+                    WinnerModel.region_id == region_id,
+                    WinnerModel.environment_id == environment_id,
+                    WinnerModel.budget == budget)).first()
                 if w is None:
                     w = WinnerModel(region_id=region_id, environment_id=environment_id,
                                     budget=budget)
@@ -210,7 +213,7 @@ def _winner_row(w: WinnerModel, c: CandidateModel, lane: LaneModel,
         "budget": w.budget, "latency_ms": _ms(w.latency),
         "latency_low_ms": _ms(w.latency_low), "latency_high_ms": _ms(w.latency_high),
         "spread_ms": _ms(w.spread), "rel_error": w.rel_error, "tie": bool(w.tie),
-        "verdict": w.verdict, "unstable": bool(w.unstable), "load": w.load,
+        "verdict": w.verdict, "band": w.band, "unstable": bool(w.unstable), "load": w.load,
         "runner_up": None if ru is None or ru_lane is None else {
             "lane": ru_lane.name, "config": ru.config_dict(), "candidate_id": ru.id,
             "latency_ms": None if w.latency is None or w.margin is None

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from .._errors import StoreError
 from ._models import SCHEMA_REVISION, VERSION_TABLE, Base
 
-__all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for", "file_identity",
+__all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for",
            "once_more_on_conflict", "require_current", "revision_of", "session_scope",
            "sqlite_path", "upgrade"]
 
@@ -62,11 +62,6 @@ def sqlite_path(url: str) -> str | None:
     if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
         return None
     return u.database
-
-
-def file_identity(url: str) -> tuple[int, int] | None:
-    """(device, inode) of a SQLite URL's file; None when it has none."""
-    return _identity(sqlite_path(url))
 
 
 def _identity(path: str | None) -> tuple[int, int] | None:

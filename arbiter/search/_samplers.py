@@ -14,33 +14,22 @@ from .._errors import ArbiterError
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "check_sampler", "make_sampler"]
 
 
-def _tpe(**settings: Any) -> Callable[[int | None], Any]:
+def _optuna(sampler: str, **settings: Any) -> Callable[[int | None], Any]:
     def make(seed: int | None) -> Any:
-        from optuna.samplers import TPESampler
+        import optuna.samplers
 
-        return TPESampler(seed=seed, constant_liar=True, **settings)
+        return getattr(optuna.samplers, sampler)(seed=seed, **settings)
     return make
 
 
-def _gp(seed: int | None) -> Any:
-    from optuna.samplers import GPSampler
-
-    return GPSampler(seed=seed)
-
-
-def _random(seed: int | None) -> Any:
-    from optuna.samplers import RandomSampler
-
-    return RandomSampler(seed=seed)
-
-
+_TPE = {"multivariate": True, "group": True, "constant_liar": True}
 # name -> factory(seed); `tpe` is the default by measurement (BENCHMARKS.md)
 SAMPLERS: dict[str, Callable[[int | None], Any]] = {
-    "tpe": _tpe(multivariate=True, group=True, n_startup_trials=10),
-    "tpe-startup5": _tpe(multivariate=True, group=True, n_startup_trials=5),
-    "tpe-independent": _tpe(n_startup_trials=5),
-    "gp": _gp,
-    "random": _random,
+    "tpe": _optuna("TPESampler", **_TPE, n_startup_trials=10),
+    "tpe-startup5": _optuna("TPESampler", **_TPE, n_startup_trials=5),
+    "tpe-independent": _optuna("TPESampler", constant_liar=True, n_startup_trials=5),
+    "gp": _optuna("GPSampler"),
+    "random": _optuna("RandomSampler"),
 }
 DEFAULT_SAMPLER = "tpe"
 NEEDS = {"gp": "torch"}  # Optuna imports these only at a sampler's first trial

@@ -281,3 +281,37 @@ def test_a_winner_declared_again_is_updated_not_added(tmp_path):
     assert w["declared_at"] > first["declared_at"]
     with session_scope(url) as s:
         assert s.query(WinnerModel).count() == 1
+
+
+def test_a_tie_declared_before_the_rounds_is_still_a_tie_after_the_upgrade(tmp_path):
+    import json
+
+    import arbiter
+    from arbiter.records import fingerprint
+
+    url = f"sqlite:///{tmp_path / 'old3.db'}"
+    upgrade(url, "0003")
+    region = FusedRegion(2, 2, 2, name="r")
+    fp = fingerprint()
+    con = sqlite3.connect(tmp_path / "old3.db")
+    con.executescript(f"""
+        insert into regions values (1, '{region.key}', 'r', 'fused',
+            '{json.dumps(region.canonical())}', '2026-01-01');
+        insert into environments values (1, '{fp.hash}', '{{}}', '2026-01-01');
+        insert into lanes values (1, 'numpy', '1', 'cpu');
+        insert into candidates values (1, 1, 1, 1, 'k', '{{}}', '2026-01-01');
+        insert into candidates values (2, 1, 1, 1, 'k2', '{{}}', '2026-01-01');
+        insert into measurements (id, candidate_id, status, budget, rel_error, median, spread,
+            samples, timing_method, compile_seconds, log, created_at, kind)
+            values (1, 1, 'ok', 1e-3, 1e-7, 2e-3, 1e-4, '[0.002]', 'm', 0, '', '2026-01-01',
+                    'sweep');
+        insert into winners (id, region_id, environment_id, budget, candidate_id, runner_up_id,
+            median, spread, rel_error, margin, tie, created_at)
+            values (1, 1, 1, 1e-3, 1, 2, 2e-3, 1e-4, 1e-7, 1e-5, 1, '2026-01-01');
+    """)
+    con.commit()
+    con.close()
+    assert upgrade(url) == ("0003", SCHEMA_REVISION)
+    row = arbiter.best(region, db=url)
+    assert row["status"] == "tie" and row["tie"] and row["verdict"] == "tie"
+    assert row["latency_ms"] == pytest.approx(2.0) and row["latency_low_ms"] is None
