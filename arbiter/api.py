@@ -11,7 +11,6 @@ import numpy as np
 
 from ._errors import ArbiterError, LaneError
 from .check import budget_of, checked_budget, fresh_seeds
-from .choose import choose, winner_that_stands
 from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
 from .region import Region, Spec, load_spec, output_shape
@@ -197,6 +196,7 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
     default), answered from the records. A budget other than the sweep's is answered by a
     declared winner that stands for it, else from the recorded results; a winner recorded
     only on another machine is re-checked here first."""
+    from .choose import choose, winner_that_stands
     from .records import FINAL, Records, fingerprint
 
     if not isinstance(region, get_args(Region)):
@@ -240,6 +240,7 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                 env_id: int | None, fp: Any, timeout: float) -> dict[str, Any]:
     """A winner recorded only under other fingerprints, checked against the oracle here
     first: the one declared there first, then the fastest there."""
+    from .choose import winner_that_stands
     from .records import VERIFY
 
     here = {} if env_id is None else {
