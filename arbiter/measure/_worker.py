@@ -102,7 +102,9 @@ class Worker:
         self._log.seek(0, os.SEEK_END)
         return text[-LOG_TAIL:]
 
-    def _call(self, req: dict[str, Any], timeout: float) -> Any:
+    def _call(self, req: dict[str, Any], timeout: float, allowance: float = 0.0) -> Any:
+        """The reply to `req`, within `timeout` seconds plus `allowance` (the arbiter's own
+        waiting, not the candidate's)."""
         offset = self._log.seek(0, os.SEEK_END)
         proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None
@@ -111,7 +113,7 @@ class Worker:
         except BrokenPipeError:
             pass  # it died before reading; the read below says how
         fd = proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + allowance
         buf = b""
         need = HEADER.size
         try:
@@ -119,8 +121,9 @@ class Worker:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([fd], [], [], left)[0]:
                     self._kill()
-                    raise _Dead(Status.TIMEOUT, f"no result after {timeout:g} s; worker "
-                                f"killed\n{self._log_since(offset)}")
+                    waits = f" (+{allowance:g} s for a busy machine)" if allowance else ""
+                    raise _Dead(Status.TIMEOUT, f"no result after {timeout:g} s{waits}; "
+                                f"worker killed\n{self._log_since(offset)}")
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     code = proc.poll()
@@ -149,8 +152,10 @@ class Worker:
         req = {"op": "check", "lane": lane, "region": region, "artifact": artifact,
                "budget": budget, "ceiling": ceiling or budget, "seeds": list(seeds),
                "timing": timing}
+        # waiting for a busy machine (twice at most) is the arbiter's time, not the candidate's
+        waits = 2 * timing.wait if timing is not None else 0.0
         try:
-            return self._call(req, self.timeout)  # type: ignore[no-any-return]
+            return self._call(req, self.timeout, waits)  # type: ignore[no-any-return]
         except _Dead as d:
             return Measurement(d.status, compile_seconds=artifact.compile_seconds, log=d.log)
 

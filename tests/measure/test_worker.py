@@ -151,3 +151,24 @@ def test_large_outputs_are_checked_and_timed_on_fresh_inputs():
     with Worker(timeout=120) as w:
         m = _check(w, "numpy", region=region)
     assert m.status is Status.OK and m.rel_error < 1e-6
+
+
+def test_waiting_for_a_busy_machine_does_not_count_against_the_candidates_timeout():
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("the load is read from Linux's /proc")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in os.sched_getaffinity(0)]
+    try:
+        with Worker(timeout=1.5) as w:
+            _check(w, "numpy")  # the worker's start-up, outside the timed request
+            m = _check(w, "numpy", timing=Timing(warmup=1, rounds=2, wait=1.0))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert m.status is Status.OK, m.log
+    assert m.waited >= 1.0 and m.load is not None and m.load > 0.2
