@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -139,7 +140,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     if equivalence is not None:
         if not 0 <= equivalence < 1:
             raise ArbiterError(f"--equivalence must be in [0, 1), got {equivalence!r}")
-        timing = Timing(**{**timing.__dict__, "band": float(equivalence)})
+        timing = dataclasses.replace(timing, band=float(equivalence))
     chosen = usable_lanes(lanes)
     todo = spec_regions(spec, regions)
     url = db or settings().db

@@ -124,7 +124,8 @@ def _finals(region: Region, p: Plan, records: Records, worker: Worker, seeds: li
     if ms is None:
         kept = []
         for e in entries:
-            [alone] = rounds([e]) or [Measurement(Status.CRASHED)]
+            [alone] = worker.finals(region, [(e[1].name, e[2])], budget, seeds=seeds,
+                                    timing=timing)
             if alone.status in (Status.CRASHED, Status.TIMEOUT):
                 record(e[0].lane, e[0].config, alone, FINAL)
             else:

@@ -46,11 +46,11 @@ def export_optuna(url: str) -> list[str]:
                           .join(EnvironmentModel,
                                 EnvironmentModel.id == CandidateModel.environment_id)
                           .distinct().order_by(RegionModel.id, EnvironmentModel.id)).all()
+    installed = set(lane_names())
     names = []
     for region_id, name, canonical, env_id, fp in swept:
         region = region_from_canonical(canonical).with_name(name)
         results = records.results(region_id, env_id)
-        installed = set(lane_names())
         lanes = [get_lane(n) for n in sorted({r.lane for r in results}) if n in installed]
         declared = records.winners(region_id, env_id)
         budget = declared[-1]["budget"] if declared else budget_of(region)
