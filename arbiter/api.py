@@ -14,11 +14,12 @@ from ._errors import ArbiterError, LaneError
 from .check import budget_of, checked_budget, fresh_seeds
 from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
-from .region import Region, Spec, load_spec, output_shape
+from .region import Region, Spec, is_real, load_spec, output_shape
 from .settings import settings
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "best", "empty_row", "parse_config", "run",
-           "spec_regions", "tune", "usable_lanes"]
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "TuneSettings", "best", "empty_row",
+           "parse_config", "run", "spec_regions", "sweep_regions", "tune", "tune_settings",
+           "usable_lanes"]
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
 DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
@@ -126,9 +127,35 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
     `equivalence` is the practical-equivalence band of a tie (default 2%). Returns one row per
     region (README: `arbiter tune --json`)."""
-    from .records import Records, fingerprint, one_sweep
-    from .search import check_sampler, plan
-    from .sweep import BusyNotice, Options, sweep_region
+    from .records import holder_id, one_sweep
+
+    how = tune_settings(trials=trials, budget=budget, timeout=timeout, seed=seed,
+                        sampler=sampler, timing=timing, equivalence=equivalence,
+                        refinal=refinal)
+    chosen = usable_lanes(lanes)
+    todo = spec_regions(spec, regions)
+    url = db or settings().db
+    with one_sweep(url), Worker(how.timeout) as worker:
+        return sweep_regions(url, todo, chosen, how, worker, holder=holder_id(),
+                             progress=progress, on_trial=on_trial)
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSettings:
+    """The checked options of one `tune` (the same for `tune --workers` and a job)."""
+
+    trials: int
+    budget: float | None
+    timeout: float
+    options: Any  # sweep.Options
+
+
+def tune_settings(*, trials: int = DEFAULT_TRIALS, budget: float | None = None,
+                  timeout: float = DEFAULT_TIMEOUT, seed: int | None = None,
+                  sampler: str = "tpe", timing: Timing | None = None,
+                  equivalence: float | None = None, refinal: bool = False) -> TuneSettings:
+    from .search import check_sampler
+    from .sweep import Options
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ArbiterError(f"--trials must be at least 1, got {trials}")
@@ -136,52 +163,89 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     if budget is not None:
         budget = checked_budget(budget)
     check_sampler(sampler)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ArbiterError(f"--seed must be an integer, got {seed!r}")
     timing = timing or Timing()
     if equivalence is not None:
-        if not 0 <= equivalence < 1:
+        if not is_real(equivalence) or not 0 <= equivalence < 1:
             raise ArbiterError(f"--equivalence must be in [0, 1), got {equivalence!r}")
         timing = dataclasses.replace(timing, band=float(equivalence))
-    chosen = usable_lanes(lanes)
-    todo = spec_regions(spec, regions)
-    url = db or settings().db
-    opts = Options(sampler, seed, timing, refinal)
-    busy = BusyNotice(timing)
+    return TuneSettings(trials, budget, timeout, Options(sampler, seed, timing, bool(refinal)))
+
+
+def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how: TuneSettings,
+                  worker: Worker, *, holder: str, job_id: int | None = None,
+                  lease_seconds: float | None = None, progress: bool = False,
+                  on_trial: Callable[[str, str, Any], None] | None = None,
+                  on_region: Callable[[Region, dict[str, Any], Any], None] | None = None,
+                  ) -> list[dict[str, Any]]:
+    """Sweep each region under its lease (waiting while another process holds it), in order;
+    `on_region(region, row, lease)` runs before the lease is let go."""
+    from .records import LEASE_SECONDS, Lease, Records, fingerprint
+    from .search import plan
+    from .sweep import BusyNotice, sweep_region
+
+    busy = BusyNotice(how.options.timing)
+    records = Records(url)
+    fp = fingerprint()
+    work = []
+    for region in todo:
+        region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+        region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
+        p = plan(region, region_lanes, records.results(region_id, env_id), how.trials)
+        work.append((region, region_id, env_id, lane_ids, p))
     rows = []
-    with one_sweep(url), Worker(timeout) as worker:
-        records = Records(url)
-        fp = fingerprint()
-        work = []
-        for region in todo:
-            region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
-            region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
-            p = plan(region, region_lanes, records.results(region_id, env_id), trials)
-            work.append((region, region_id, env_id, lane_ids, p))
-        bar = _bar(sum(p.needed for *_, p in work), progress)
-        try:
-            for region, region_id, env_id, lane_ids, p in work:
-                b = budget_of(region, budget)
+    bar = _bar(sum(p.needed for *_, p in work), progress)
+    try:
+        for region, region_id, env_id, lane_ids, p in work:
+            b = budget_of(region, how.budget)
+            lease = Lease(url, region_id, env_id, holder, job_id=job_id,
+                          seconds=lease_seconds or LEASE_SECONDS)
+            _wait_for(lease, region)
+            with lease.kept():
+                # what another holder measured meanwhile counts
+                p = plan(region, list(p.lanes.values()), records.results(region_id, env_id),
+                         how.trials)
                 if not p.lanes:
-                    rows.append(empty_row(region, b, "no applicable lane"))
-                    continue
-                bar.set_description(region.name or region.key[:12])
+                    row = empty_row(region, b, "no applicable lane")
+                else:
+                    bar.set_description(region.name or region.key[:12])
 
-                def tick(lane: str, r: Any, name: str = region.name) -> None:
-                    bar.update(1)
-                    if on_trial:
-                        on_trial(name, lane, r)
+                    def tick(lane: str, r: Any, name: str = region.name) -> None:
+                        bar.update(1)
+                        if on_trial:
+                            on_trial(name, lane, r)
 
-                done = sweep_region(region, p, records, worker, region_id=region_id,
-                                    env_id=env_id, lane_ids=lane_ids, budget=b,
-                                    ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR), opts=opts,
-                                    busy=busy, on_trial=tick)
-                counts = {"new_trials": done.new, "reused_trials": done.reused,
-                          "statuses": done.statuses}
-                declared = records.winners(region_id, env_id, b)
-                rows.append(_winner_row(region, b, declared[0], **counts) if declared
-                            else empty_row(region, b, "no candidate within budget", **counts))
-        finally:
-            bar.close()
+                    held = records.guarded(lease.hold)
+                    done = sweep_region(region, p, held, worker, region_id=region_id,
+                                        env_id=env_id, lane_ids=lane_ids, budget=b,
+                                        ceiling=max(b * CEILING_FACTOR, CEILING_FLOOR),
+                                        opts=how.options, busy=busy, on_trial=tick)
+                    counts = {"new_trials": done.new, "reused_trials": done.reused,
+                              "statuses": done.statuses}
+                    declared = records.winners(region_id, env_id, b)
+                    row = (_winner_row(region, b, declared[0], **counts) if declared
+                           else empty_row(region, b, "no candidate within budget", **counts))
+                if on_region:
+                    on_region(region, row, lease)
+            rows.append(row)
+    finally:
+        bar.close()
     return rows
+
+
+def _wait_for(lease: Any, region: Region) -> None:
+    """Take the region's lease, waiting (and saying so once) while another process holds it."""
+    import time
+
+    told = False
+    while (who := lease.take()) is not None:
+        if not told:
+            print(f"arbiter: region {region.label} is being swept by {who} on this database: "
+                  f"waiting for it (or for its lease to go {lease.seconds:g} s silent)",
+                  file=sys.stderr, flush=True)
+            told = True
+        time.sleep(min(1.0, lease.seconds / 4))
 
 
 def _bar(total: int, shown: bool) -> Any:

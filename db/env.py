@@ -7,6 +7,7 @@ from typing import cast
 from alembic import context
 from sqlalchemy import create_engine
 
+import arbiter.records._jobs  # noqa: F401  (the work queue's tables)
 from arbiter.records._models import VERSION_TABLE, Base
 
 config = context.config

@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
     p.add_argument("--equivalence", type=float, default=0.02, metavar="BAND",
                    help="two finalists within this relative band are a tie (default 0.02)")
+    p.add_argument("--workers", type=int, metavar="N", help="submit the spec as a job and "
+                   "sweep it with N local workers (one GPU each where there are GPUs, "
+                   "disjoint CPU sets); other machines' `arbiter worker`s join in")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -47,9 +50,15 @@ def main(args: argparse.Namespace) -> int:
     from ..api import tune
 
     lanes = args.lanes.split(",") if args.lanes else None
-    rows = tune(args.spec, db=args.db, trials=args.trials, lanes=lanes, budget=args.budget,
-                timeout=args.timeout, seed=args.seed, sampler=args.sampler or "tpe",
-                equivalence=args.equivalence, progress=not args.json)
+    options = dict(trials=args.trials, budget=args.budget, timeout=args.timeout,
+                   seed=args.seed, sampler=args.sampler or "tpe", equivalence=args.equivalence)
+    if args.workers is not None:
+        from ..workers import tune_across
+
+        rows = tune_across(args.spec, args.workers, db=args.db, lanes=lanes,
+                           progress=not args.json, **options)
+    else:
+        rows = tune(args.spec, db=args.db, lanes=lanes, progress=not args.json, **options)
     if args.json:
         print_json(rows)
     else:

@@ -4,6 +4,8 @@ fingerprint a record belongs to, and the one-sweep-per-SQLite-file lock."""
 from __future__ import annotations
 
 from ._fingerprint import Fingerprint, fingerprint
+from ._jobs import CANCELLED, DONE, FAILED, OPEN, JobModel, JobRegionModel, LeaseModel, TaskModel
+from ._lease import LEASE_SECONDS, Lease, LeaseLost, holder_id
 from ._lock import one_sweep
 from ._models import (
     FINAL,
@@ -19,6 +21,7 @@ from ._models import (
     RegionModel,
     WinnerModel,
 )
+from ._queue import Pending, Queue
 from ._records import Records, Result, finite
 from ._session import (
     BUSY_TIMEOUT_MS,
@@ -32,7 +35,9 @@ from ._session import (
 )
 
 __all__ = [
-    "BUSY_TIMEOUT_MS", "FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel",
+    "BUSY_TIMEOUT_MS", "CANCELLED", "DONE", "FAILED", "FINAL", "LEASE_SECONDS", "OPEN",
+    "JobModel", "JobRegionModel", "Lease", "LeaseLost", "LeaseModel", "Pending", "Queue",
+    "TaskModel", "holder_id", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel",
     "CeilingModel", "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel",
     "Records", "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines",
     "finite", "fingerprint", "one_sweep", "require_current", "revision_of", "session_scope",

@@ -6,14 +6,16 @@ the trial in flight, and the next run resumes from what is here.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import Session, aliased
 
 from ..lane import Config, Status
 from ..measure import Measurement
@@ -79,7 +81,15 @@ class Records:
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
+        self.guard: Callable[[Session], None] | None = None
         require_current(url, create=create)
+
+    def guarded(self, guard: Callable[[Session], None]) -> Records:
+        """These records, with `guard(session)` run inside every write's transaction (a lease
+        renewed: a write by a process that lost its lease is rolled back)."""
+        other = copy.copy(self)
+        other.guard = guard
+        return other
 
     def ids(self, region: Any, fingerprint: Any,
             lanes: list[Any]) -> tuple[int, int, dict[str, int]]:
@@ -88,6 +98,14 @@ class Records:
                 return (RegionModel.find_or_add(s, region).id,
                         EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint)).id,
                         {ln.name: LaneModel.find_or_add(s, ln).id for ln in lanes})
+
+        return once_more_on_conflict(find_or_add)
+
+    def environment(self, fingerprint: Any) -> int:
+        """The id of this fingerprint's environment (added when new)."""
+        def find_or_add() -> int:
+            with session_scope(self.url) as s:
+                return EnvironmentModel.find_or_add(s, fingerprint.hash, dict(fingerprint)).id
 
         return once_more_on_conflict(find_or_add)
 
@@ -122,6 +140,8 @@ class Records:
 
         def write() -> Result:
             with session_scope(self.url) as s:
+                if self.guard:
+                    self.guard(s)
                 c = s.scalars(select(CandidateModel).where(
                     CandidateModel.region_id == region_id,
                     CandidateModel.environment_id == environment_id,
@@ -156,6 +176,8 @@ class Records:
         """Declare (or declare again) the winner for (region, environment, budget)."""
         def save() -> None:
             with session_scope(self.url) as s:
+                if self.guard:
+                    self.guard(s)
                 w = s.scalars(select(WinnerModel).where(
                     WinnerModel.region_id == region_id,
                     WinnerModel.environment_id == environment_id,

@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from .._errors import StoreError
+from . import _jobs  # noqa: F401  (the work queue's tables, on Base.metadata)
 from ._models import SCHEMA_REVISION, VERSION_TABLE, Base
 
 __all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for",

@@ -14,10 +14,10 @@ from ._region import (
     output_shape,
     region_from_canonical,
 )
-from ._spec import Spec, load_spec, parse_spec
+from ._spec import Spec, load_spec, parse_spec, parse_table, region_table
 
 __all__ = [
     "DEFAULT_BUDGET", "AttentionRegion", "Epilogue", "FusedRegion", "Pointwise", "Reduction",
     "Region", "RowwiseRegion", "Spec", "input_shapes", "is_real", "load_spec", "output_shape",
-    "parse_op", "parse_spec", "region_from_canonical",
+    "parse_op", "parse_spec", "parse_table", "region_from_canonical", "region_table",
 ]

@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Spec", "load_spec", "parse_spec"]
+__all__ = ["Spec", "load_spec", "parse_spec", "parse_table", "region_table"]
 
 _STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
 _NUM, _OPS = ((int, float), "number"), (list, "list of op names")
@@ -91,6 +91,20 @@ def _region(path: str, index: int, table: object) -> Region:
     except RegionError as e:
         detail = str(e).removeprefix(f"{name}: ")
         raise SpecError(f"{where}: {detail}") from None
+
+
+def parse_table(table: object, where: str = "<request>") -> Region:
+    """One region from its spec table (a dict, as TOML or JSON gives it)."""
+    return _region(where, 0, table)
+
+
+def region_table(region: Region) -> dict:
+    """The spec table that gives `region` back (name and budget included)."""
+    table = {k: v for k, v in region.canonical().items() if v is not None}
+    table["name"] = region.name
+    if region.budget is not None:
+        table["budget"] = region.budget
+    return table
 
 
 def parse_spec(text: str, path: str = "<spec>") -> Spec:

@@ -1,0 +1,209 @@
+"""Workers: processes that take regions of tune jobs from the database and sweep them.
+
+Any number of workers, on any number of machines, share one database (PostgreSQL; SQLite for
+workers of one machine). A worker takes a region by its lease (`records.Lease`), sweeps it
+whole (its candidates, then its finalists' interleaved rounds, all on this worker's device),
+records what it made of it for the job, and lets the lease go. A worker killed mid-sweep
+leaves the lease to go silent; a worker of the same environment then takes it over and
+resumes from the records. Each environment (fingerprint: one GPU kind, one CPU set size)
+sweeps every region of a job once, so a cluster of mixed machines keeps one answer per kind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._errors import ArbiterError, one_line
+from .api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
+from .check import budget_of
+from .lane import Lane
+from .measure import Worker
+from .settings import settings
+
+__all__ = ["MAX_TAKEOVERS", "local_workers", "tune_across", "work"]
+
+MAX_TAKEOVERS = 3  # a region whose holders went silent this often is given up (it kills them)
+OPTIONS = ("trials", "budget", "timeout", "seed", "sampler", "equivalence", "refinal")
+
+
+def _say(text: str) -> None:
+    print(f"arbiter: {text}", file=sys.stderr, flush=True)
+
+
+def _lanes_for(job_lanes: Sequence[str] | None, here: Sequence[Lane]) -> list[Lane]:
+    return [ln for ln in here if job_lanes is None or ln.name in job_lanes]
+
+
+def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = None,
+         until_done: bool = False, poll: float = 2.0, lease_seconds: float | None = None,
+         stop: threading.Event | None = None) -> int:
+    """Take regions until `stop` is set (or, `until_done`, until the job has none left for
+    this environment); returns how many regions this worker finished."""
+    from .records import (
+        DONE,
+        FAILED,
+        LEASE_SECONDS,
+        Lease,
+        LeaseLost,
+        Queue,
+        Records,
+        fingerprint,
+        holder_id,
+    )
+    from .region import parse_table
+
+    stop = stop or threading.Event()
+    lease_seconds = lease_seconds or LEASE_SECONDS
+    here = usable_lanes(list(lanes) if lanes else None)
+    queue, records = Queue(url), Records(url)
+    holder = holder_id()
+    env_id = records.environment(fingerprint())
+    finished = 0
+    _say(f"worker {holder} on {url.split('@')[-1]}: lanes {', '.join(ln.name for ln in here)}")
+    while not stop.is_set():
+        todo = queue.pending(env_id, job_id)
+        if until_done and not todo:
+            return finished
+        taken = None
+        for p in todo:
+            chosen = _lanes_for(p.options.get("lanes"), here)
+            lease = Lease(url, p.region_id, env_id, holder, seconds=lease_seconds,
+                          job_id=p.job_id)
+            if chosen and lease.take() is None:
+                taken = p, chosen, lease
+                break
+        if taken is None:
+            stop.wait(poll)
+            continue
+        p, chosen, lease = taken
+        names = [ln.name for ln in chosen]
+        label = f"job {p.job_id}: region {p.table.get('name')}"
+        if lease.takeovers >= MAX_TAKEOVERS:
+            queue.finish(p, env_id, state=FAILED, worker=holder, lanes=names,
+                         error=f"given up: its workers went silent {lease.takeovers} times "
+                         "while sweeping it", guard=lease.hold)
+            lease.release()
+            continue
+
+        def done(region: Any, row: dict[str, Any], held: Any, p: Any = p,
+                 names: list[str] = names) -> None:
+            queue.finish(p, env_id, state=DONE, worker=holder, lanes=names, row=row,
+                         guard=held.hold)
+
+        try:
+            region = parse_table(p.table, f"job {p.job_id}")
+            how = tune_settings(**{k: p.options[k] for k in OPTIONS if k in p.options})
+            _say(f"{label}: sweeping ({', '.join(names)})")
+            with Worker(how.timeout) as measure:
+                sweep_regions(url, [region], chosen, how, measure, holder=holder,
+                              job_id=p.job_id, lease_seconds=lease_seconds, on_region=done)
+            finished += 1
+            _say(f"{label}: done")
+        except LeaseLost as e:
+            _say(f"{label}: {one_line(str(e))}")
+        except ArbiterError as e:  # the job asked for something this worker cannot do
+            _say(f"{label}: failed: {one_line(str(e))}")
+            queue.finish(p, env_id, state=FAILED, worker=holder, lanes=names,
+                         error=one_line(str(e)), guard=lease.hold)
+            lease.release()
+    return finished
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may hand to its workers, one each."""
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if os.environ.get(var) is not None:
+            return [d.strip() for d in os.environ[var].split(",") if d.strip()]
+    from .records import fingerprint
+
+    gpus = fingerprint()["gpu"]
+    return [str(i) for i in range(max(len(v) for v in gpus.values()))] if gpus else []
+
+
+def cpu_sets(n: int) -> list[list[int]]:
+    """This process's CPUs cut into `n` disjoint contiguous sets (workers do not time each
+    other)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if n > len(cpus):
+        raise ArbiterError(f"--workers {n}: this process may use {len(cpus)} CPUs, and every "
+                           "worker needs one of its own")
+    size, extra = divmod(len(cpus), n)
+    out, at = [], 0
+    for i in range(n):
+        take = size + (1 if i < extra else 0)
+        out.append(cpus[at:at + take])
+        at += take
+    return out
+
+
+def local_workers(url: str, n: int, *, job_id: int | None = None,
+                  lanes: Sequence[str] | None = None, until_done: bool = True,
+                  lease_seconds: float | None = None) -> list[subprocess.Popen[bytes]]:
+    """Start `n` workers here: one GPU each where there are GPUs, disjoint CPU sets."""
+    gpus = visible_gpus()
+    if gpus and n > len(gpus):
+        raise ArbiterError(f"--workers {n}: this machine has {len(gpus)} GPU(s), and each GPU "
+                           "worker owns one (start CPU-only workers with `arbiter worker "
+                           "--lanes ...`)")
+    procs = []
+    for i, cpus in enumerate(cpu_sets(n)):
+        cmd = [sys.executable, "-m", "arbiter", "worker", "--db", url,
+               "--cpus", ",".join(map(str, cpus))]
+        cmd += ["--device", gpus[i]] if gpus else []
+        cmd += ["--job", str(job_id)] if job_id is not None else []
+        cmd += ["--until-done"] if until_done else []
+        cmd += ["--lanes", ",".join(lanes)] if lanes else []
+        cmd += ["--lease", f"{lease_seconds:g}"] if lease_seconds else []
+        procs.append(subprocess.Popen(cmd))
+    return procs
+
+
+def tune_across(spec: Any, n: int, *, db: str | None = None,
+                lanes: Sequence[str] | None = None, regions: Sequence[str] | None = None,
+                lease_seconds: float | None = None, progress: bool = True,
+                **options: Any) -> list[dict[str, Any]]:
+    """`arbiter tune --workers N`: the spec as a job, swept by `n` local workers; one row per
+    region, as `tune` gives."""
+    from .records import Queue
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ArbiterError(f"--workers must be at least 1, got {n}")
+    how = tune_settings(**options)  # checked here, before any worker starts
+    named = [ln.name for ln in usable_lanes(list(lanes) if lanes else None)] if lanes else None
+    todo = spec_regions(spec, regions)
+    url = db or settings().db
+    queue = Queue(url)
+    job_id = queue.submit(todo, {"lanes": named, **options}, source="cli")
+    procs = local_workers(url, n, job_id=job_id, lanes=lanes, lease_seconds=lease_seconds)
+    pids = {str(p.pid) for p in procs}
+    seen = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(0.5)
+            st = queue.status(job_id)
+            if progress and st["progress"]["done"] != seen:
+                seen = st["progress"]["done"]
+                _say(f"job {job_id}: {seen}/{st['progress']['regions']} regions done")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            p.wait()
+    st = queue.status(job_id)
+    rows = []
+    for region, r in zip(todo, st["regions"]):
+        ours = [f for f in r["finished"] if (f["worker"].split(":") + [""])[1] in pids]
+        if ours and ours[-1]["state"] == "done":
+            rows.append(ours[-1]["row"])
+        else:
+            why = ours[-1]["error"] if ours else "its workers exited before it was swept"
+            rows.append(empty_row(region, budget_of(region, how.budget), "not tuned",
+                                  detail=why))
+    return rows

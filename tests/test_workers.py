@@ -1,0 +1,162 @@
+"""Many workers on one database: leases, jobs, and workers killed mid-sweep, on a real
+PostgreSQL server (and on SQLite, for workers of one machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from arbiter import FusedRegion, Status
+from arbiter.lane import Config, get_lane
+from arbiter.measure import Measurement
+from arbiter.records import (
+    CandidateModel,
+    Lease,
+    LeaseLost,
+    LeaseModel,
+    MeasurementModel,
+    Queue,
+    Records,
+    WinnerModel,
+    fingerprint,
+    session_scope,
+)
+from tests import fake_lanes
+
+REGIONS = [FusedRegion(8, 16, 8 * (i + 1), name=f"r{i}", epilogue=("bias", "relu"))
+           for i in range(4)]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny", "fake_slow"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'arbiter.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+def _ids(url):
+    records = Records(url)
+    lane = get_lane("fake_tiny")
+    return records, *records.ids(REGIONS[0], fingerprint(), [lane])
+
+
+def test_a_lease_is_held_by_one_process_until_it_goes_silent(url):
+    records, region_id, env_id, _ = _ids(url)
+    a = Lease(url, region_id, env_id, "host:1:a", seconds=1.0)
+    b = Lease(url, region_id, env_id, "host:2:b", seconds=1.0)
+    assert a.take() is None
+    assert a.take() is None  # its own holder takes it again
+    assert b.take() == "host:1:a"
+    time.sleep(2.2)  # (SQLite's clock counts whole seconds)
+    assert b.take() is None and b.takeovers == 1
+    assert not a.renew() and a.lost.is_set()
+    time.sleep(2.2)
+    assert a.take() is None and a.takeovers == 2  # takeovers add up until one lets it go
+    a.release()
+    assert b.take() is None and b.takeovers == 0
+
+
+def test_a_write_by_a_process_that_lost_its_lease_is_rolled_back(url):
+    records, region_id, env_id, lane_ids = _ids(url)
+    a = Lease(url, region_id, env_id, "host:1:a", seconds=1.0)
+    assert a.take() is None
+    held = records.guarded(a.hold)
+    m = Measurement(Status.OK, rel_error=1e-7, samples=(1e-3,) * 10)
+    held.record(region_id, env_id, lane_ids["fake_tiny"], Config.of({"block": 1}), m, 1e-4)
+    time.sleep(2.2)
+    assert Lease(url, region_id, env_id, "host:2:b", seconds=1.0).take() is None
+    with pytest.raises(LeaseLost):
+        held.record(region_id, env_id, lane_ids["fake_tiny"], Config.of({"block": 2}), m, 1e-4)
+    with session_scope(url) as s:
+        assert s.scalar(select(func.count()).select_from(MeasurementModel)) == 1
+
+
+def _workers(url, n, job, lease=2.0):
+    cmd = [sys.executable, "-m", "arbiter", "worker", "--db", url, "--job", str(job),
+           "--until-done", "--lanes", "fake_slow", "--lease", str(lease), "--poll", "0.2"]
+    return [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True) for _ in range(n)]
+
+
+def _holding(url, pid):
+    with session_scope(url) as s:
+        holders = s.scalars(select(LeaseModel.holder).where(LeaseModel.holder.is_not(None)))
+        return any(h.split(":")[1] == str(pid) for h in holders)
+
+
+@pytest.mark.slow
+def test_workers_share_a_job_and_one_killed_mid_sweep_loses_nothing(url):
+    """Three workers, one killed -9 while it holds a region: every region is answered, no
+    candidate is measured twice and none is lost."""
+    queue = Queue(url)
+    job = queue.submit(REGIONS, {"trials": 3, "timeout": 30, "lanes": ["fake_slow"]}, "test")
+    procs = _workers(url, 3, job)
+    victim = procs[0]
+    deadline = time.monotonic() + 60
+    while not _holding(url, victim.pid):
+        assert time.monotonic() < deadline, "the first worker never took a region"
+        time.sleep(0.05)
+    time.sleep(random.uniform(0.2, 1.5))
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    for p in procs[1:]:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err.decode()[-2000:]
+    st = queue.status(job)
+    assert st["state"] == "done", json.dumps(st)[:2000]
+    assert [r["name"] for r in st["regions"]] == [r.name for r in REGIONS]
+    assert all(f["state"] == "done" and f["row"]["lane"] == "fake_slow"
+               for r in st["regions"] for f in r["finished"])
+    with session_scope(url) as s:
+        per_candidate = s.execute(
+            select(MeasurementModel.candidate_id, func.count())
+            .where(MeasurementModel.kind == "sweep")
+            .group_by(MeasurementModel.candidate_id)).all()
+        per_region = s.execute(
+            select(CandidateModel.region_id, func.count())
+            .join(MeasurementModel, MeasurementModel.candidate_id == CandidateModel.id)
+            .where(MeasurementModel.kind == "sweep", MeasurementModel.status != "invalid")
+            .group_by(CandidateModel.region_id)).all()
+        winners = s.scalar(select(func.count()).select_from(WinnerModel))
+    assert per_candidate and all(n == 1 for _, n in per_candidate)  # none measured twice
+    # none lost: every region has its trials (rule breakers the sampler drew do not count)
+    assert sorted(n for _, n in per_region) == [3] * len(REGIONS)
+    assert winners == len(REGIONS)
+
+
+def test_tune_with_workers_answers_like_tune(url, capsys, tmp_path):
+    from arbiter.cli import main
+
+    spec = tmp_path / "spec.toml"
+    with open(spec, "w") as f:
+        for r in REGIONS[:2]:
+            f.write(f"[[region]]\nname = '{r.name}'\nM = {r.M}\nN = {r.N}\nK = {r.K}\n"
+                    "epilogue = ['bias', 'relu']\n")
+    code = main(["tune", str(spec), "--db", url, "--workers", "2", "--lanes", "fake_tiny",
+                 "--trials", "4", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [r["region"] for r in rows] == ["r0", "r1"]
+    assert all(r["lane"] == "fake_tiny" and r["new_trials"] >= 4 for r in rows)
+
+
+def test_worker_mistakes_are_one_line(url, capsys):
+    from arbiter.cli import main
+
+    for argv, says in ((["--cpus", "x"], "--cpus: expected"),
+                       (["--device", "0;rm"], "--device: expected"),
+                       (["--lease", "0"], "--lease must be positive")):
+        assert main(["worker", "--db", url, *argv]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and err.count("\n") == 1
