@@ -17,7 +17,7 @@ from .measure import Measurement, Timing, Worker, build_candidate, checked_timeo
 from .region import Region, Spec, is_real, load_spec, output_shape
 from .settings import settings
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "TuneSettings", "best", "empty_row",
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "TuneSettings", "answer", "best", "empty_row",
            "parse_config", "run", "spec_regions", "sweep_regions", "tune", "tune_settings",
            "usable_lanes"]
 
@@ -261,8 +261,7 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
     default), answered from the records. A budget other than the sweep's is answered by a
     declared winner that stands for it, else from the recorded results; a winner recorded
     only on another machine is re-checked here first."""
-    from .choose import choose, winner_that_stands
-    from .records import FINAL, Records, fingerprint
+    from .records import Records, fingerprint
 
     if not isinstance(region, get_args(Region)):
         raise ArbiterError(f"best() takes a region (e.g. load_spec(path).get(name)), got "
@@ -276,29 +275,41 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
                            "(run `arbiter tune` first)")
     fp = fingerprint()
     env_id = records.environment_id(fp.hash)
-    here = {"source": "winner", "fingerprint": fp.hash}
-    if env_id is not None:
-        declared = records.winners(region_id, env_id)
-        exact = [w for w in declared if w["budget"] == b]
-        results = records.results(region_id, env_id)
-        w = exact[0] if exact else winner_that_stands(declared, results, b)
-        if w is not None:
-            return _winner_row(region, b, w, **here)
-        if results:
-            # a finalist counts with the latency its rounds gave (the one every other answer
-            # shows for it); one that failed its re-check or re-timing does not count
-            final = {r.candidate_id: r for r in records.results(region_id, env_id, FINAL)}
-            results = [f for f in (final.get(r.candidate_id, r) for r in results)
-                       if f.candidate_id not in final or f.status is Status.OK]
-            choice = choose(results, b)
-            if choice is None:
-                seen = [r.rel_error for r in results if r.latency is not None and r.rel_error]
-                low = f"; lowest timed error recorded {min(seen):.3g}" if seen else ""
-                raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
-                                   f"budget {b:g}{low}")
-            return _result_row(region, b, choice.winner, choice.runner_up, source="records",
-                               fingerprint=fp.hash)
+    row = None if env_id is None else answer(records, region, region_id, env_id, b, fp.hash)
+    if row is not None:
+        return row
     return _reverified(region, b, records, region_id, env_id, fp, timeout)
+
+
+def answer(records: Any, region: Region, region_id: int, env_id: int, budget: float,
+           fingerprint: str) -> dict[str, Any] | None:
+    """`best`'s answer from one environment's records, or None when it has none for this
+    region (`arbiter serve` answers with this too: it never runs a kernel)."""
+    from .choose import choose, winner_that_stands
+    from .records import FINAL
+
+    here = {"source": "winner", "fingerprint": fingerprint}
+    declared = records.winners(region_id, env_id)
+    exact = [w for w in declared if w["budget"] == budget]
+    results = records.results(region_id, env_id)
+    w = exact[0] if exact else winner_that_stands(declared, results, budget)
+    if w is not None:
+        return _winner_row(region, budget, w, **here)
+    if not results:
+        return None
+    # a finalist counts with the latency its rounds gave (the one every other answer shows
+    # for it); one that failed its re-check or re-timing does not count
+    final = {r.candidate_id: r for r in records.results(region_id, env_id, FINAL)}
+    results = [f for f in (final.get(r.candidate_id, r) for r in results)
+               if f.candidate_id not in final or f.status is Status.OK]
+    choice = choose(results, budget)
+    if choice is None:
+        seen = [r.rel_error for r in results if r.latency is not None and r.rel_error]
+        low = f"; lowest timed error recorded {min(seen):.3g}" if seen else ""
+        raise ArbiterError(f"region {region.label!r}: no recorded candidate within "
+                           f"budget {budget:g}{low}")
+    return _result_row(region, budget, choice.winner, choice.runner_up, source="records",
+                       fingerprint=fingerprint)
 
 
 def _reverified(region: Region, budget: float, records: Any, region_id: int,

@@ -24,6 +24,7 @@ COMMANDS = {
     "report": ("report", "write latency figures (PNG) and an HTML/Markdown report"),
     "tune": ("tune", "search lanes and configs for every region and record the winners"),
     "worker": ("worker", "take regions of tune jobs from a shared database until stopped"),
+    "serve": ("serve", "answer winners, take tune jobs and show the report over HTTP"),
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),
     "emit": ("emit", "print a lane's generated source (or ISA / PTX / asm with --asm)"),

@@ -25,6 +25,7 @@ _EXPORTS = {
     "roofline": "_figures",
     "build_report": "_page",
     "write_report": "_page",
+    "html_page": "_page",
     "winner_table": "_page",
     "FIGURES": "_page",
     "ensure_ceilings": "_ceilings",

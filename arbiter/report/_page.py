@@ -7,6 +7,7 @@ can be copied or zipped as a whole and opened anywhere.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -182,6 +183,28 @@ def _overview(rep: Report) -> list[str]:
     ]
 
 
+def html_page(rep: Report, src: Callable[[str], str], *, before: str = "",
+              head: str = "") -> str:
+    """The report as one HTML page; `src(stem)` is where each figure's PNG is found, `before`
+    HTML put ahead of the winners (the server's jobs), `head` into the page's head."""
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'>{head}"
+        f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
+        "<h1>Arbiter latency report</h1><ul>",
+        *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
+        "</ul>", before,
+        f"<h2>Winners</h2><p class='how'>{html.escape(WINNERS_HOW)}</p>",
+        _html_table(winner_table(rep.summary)),
+    ]
+    for stem, (caption, how) in FIGURES.items():
+        parts += [
+            f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
+            f"<img src='{html.escape(src(stem))}' alt='{html.escape(caption)}'>",
+        ]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
 def write_report(
     url: str,
     out_dir: str | Path,
@@ -220,21 +243,8 @@ def write_report(
         page = out / "report.md"
         page.write_text("\n".join(parts))
     else:
-        parts = [
-            f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>Arbiter latency report</title><style>{CSS}</style></head><body>",
-            "<h1>Arbiter latency report</h1><ul>",
-            *(f"<li>{html.escape(line)}</li>" for line in _overview(rep)),
-            f"</ul><h2>Winners</h2><p class='how'>{html.escape(WINNERS_HOW)}</p>",
-            _html_table(table),
-        ]
-        for stem, (caption, how) in FIGURES.items():
-            parts += [
-                f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
-                f"<img src='{stem}.png' alt='{html.escape(caption)}'>",
-            ]
-        parts.append("</body></html>")
+        page_text = html_page(rep, lambda stem: f"{stem}.png")
         page = out / "report.html"
-        page.write_text("\n".join(parts))
+        page.write_text(page_text)
     written["page"] = page
     return written
