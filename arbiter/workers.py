@@ -11,6 +11,7 @@ sweeps every region of a job once, so a cluster of mixed machines keeps one answ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import ArbiterError, one_line
+from ._errors import ArbiterError, StoreError, one_line
 from .api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
 from .check import budget_of
 from .lane import Lane
@@ -44,75 +45,94 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
          until_done: bool = False, poll: float = 2.0, lease_seconds: float | None = None,
          stop: threading.Event | None = None) -> int:
     """Take regions until `stop` is set (or, `until_done`, until the job has none left for
-    this environment); returns how many regions this worker finished."""
-    from .records import (
-        DONE,
-        FAILED,
-        LEASE_SECONDS,
-        Lease,
-        LeaseLost,
-        Queue,
-        Records,
-        fingerprint,
-        holder_id,
-    )
-    from .region import parse_table
+    this environment); returns how many regions this worker finished. The database away for
+    a while (a restart, the network) is waited for, not a reason to stop."""
+    from .records import LEASE_SECONDS, Queue, Records, fingerprint, holder_id
 
     stop = stop or threading.Event()
-    lease_seconds = lease_seconds or LEASE_SECONDS
     here = usable_lanes(list(lanes) if lanes else None)
     queue, records = Queue(url), Records(url)
-    holder = holder_id()
-    env_id = records.environment(fingerprint())
+    me = _Me(url, queue, holder_id(), records.environment(fingerprint()), here,
+             lease_seconds or LEASE_SECONDS)
     finished = 0
-    _say(f"worker {holder} on {url.split('@')[-1]}: lanes {', '.join(ln.name for ln in here)}")
+    _say(f"worker {me.holder} on {url.split('@')[-1]}: lanes "
+         f"{', '.join(ln.name for ln in here)}")
     while not stop.is_set():
-        todo = queue.pending(env_id, job_id)
-        if until_done and not todo:
-            return finished
-        taken = None
+        try:
+            todo = queue.pending(me.env_id, job_id)
+            if until_done and not todo:
+                return finished
+            taken = me.take(todo)
+            if taken is None:
+                stop.wait(poll)
+                continue
+            finished += me.sweep(*taken)
+        except StoreError as e:
+            _say(f"the database: {one_line(str(e))}: trying again in {5 * poll:g} s")
+            stop.wait(5 * poll)
+    return finished
+
+
+@dataclasses.dataclass
+class _Me:
+    """One worker: who it is, where, and what it offers."""
+
+    url: str
+    queue: Any
+    holder: str
+    env_id: int
+    here: list[Lane]
+    lease_seconds: float
+
+    def take(self, todo: list[Any]) -> tuple[Any, list[Lane], Any] | None:
+        """The first pending region whose lease it gets, with the lanes it sweeps it with."""
+        from .records import Lease
+
         for p in todo:
-            chosen = _lanes_for(p.options.get("lanes"), here)
-            lease = Lease(url, p.region_id, env_id, holder, seconds=lease_seconds,
-                          job_id=p.job_id)
+            chosen = _lanes_for(p.options.get("lanes"), self.here)
+            lease = Lease(self.url, p.region_id, self.env_id, self.holder,
+                          seconds=self.lease_seconds, job_id=p.job_id)
             if chosen and lease.take() is None:
-                taken = p, chosen, lease
-                break
-        if taken is None:
-            stop.wait(poll)
-            continue
-        p, chosen, lease = taken
+                return p, chosen, lease
+        return None
+
+    def sweep(self, p: Any, chosen: list[Lane], lease: Any) -> int:
+        """Sweep the region for its job; 1 when finished here."""
+        from .records import DONE, FAILED, LeaseLost
+        from .region import parse_table
+
         names = [ln.name for ln in chosen]
         label = f"job {p.job_id}: region {p.table.get('name')}"
+
+        def finish(state: str, held: Any, **what: Any) -> None:
+            self.queue.finish(p, self.env_id, state=state, worker=self.holder, lanes=names,
+                              guard=held.hold, **what)
+
         if lease.takeovers >= MAX_TAKEOVERS:
-            queue.finish(p, env_id, state=FAILED, worker=holder, lanes=names,
-                         error=f"given up: its workers went silent {lease.takeovers} times "
-                         "while sweeping it", guard=lease.hold)
+            finish(FAILED, lease, error=f"given up: its workers went silent "
+                   f"{lease.takeovers} times while sweeping it")
             lease.release()
-            continue
-
-        def done(region: Any, row: dict[str, Any], held: Any, p: Any = p,
-                 names: list[str] = names) -> None:
-            queue.finish(p, env_id, state=DONE, worker=holder, lanes=names, row=row,
-                         guard=held.hold)
-
+            return 0
         try:
             region = parse_table(p.table, f"job {p.job_id}")
             how = tune_settings(**{k: p.options[k] for k in OPTIONS if k in p.options})
             _say(f"{label}: sweeping ({', '.join(names)})")
             with Worker(how.timeout) as measure:
-                sweep_regions(url, [region], chosen, how, measure, holder=holder,
-                              job_id=p.job_id, lease_seconds=lease_seconds, on_region=done)
-            finished += 1
-            _say(f"{label}: done")
+                sweep_regions(self.url, [region], chosen, how, measure, holder=self.holder,
+                              job_id=p.job_id, lease_seconds=self.lease_seconds,
+                              on_region=lambda _r, row, held: finish(DONE, held, row=row))
         except LeaseLost as e:
             _say(f"{label}: {one_line(str(e))}")
+            return 0
+        except StoreError:
+            raise
         except ArbiterError as e:  # the job asked for something this worker cannot do
             _say(f"{label}: failed: {one_line(str(e))}")
-            queue.finish(p, env_id, state=FAILED, worker=holder, lanes=names,
-                         error=one_line(str(e)), guard=lease.hold)
+            finish(FAILED, lease, error=one_line(str(e)))
             lease.release()
-    return finished
+            return 0
+        _say(f"{label}: done")
+        return 1
 
 
 def visible_gpus() -> list[str]:
@@ -145,8 +165,12 @@ def cpu_sets(n: int) -> list[list[int]]:
 def local_workers(url: str, n: int, *, job_id: int | None = None,
                   lanes: Sequence[str] | None = None, until_done: bool = True,
                   lease_seconds: float | None = None) -> list[subprocess.Popen[bytes]]:
-    """Start `n` workers here: one GPU each where there are GPUs, disjoint CPU sets."""
-    gpus = visible_gpus()
+    """Start `n` workers here: one GPU each where there are GPUs (and GPU lanes among the
+    lanes), disjoint CPU sets."""
+    from .lane import Platform
+
+    offered = usable_lanes(list(lanes) if lanes else None)
+    gpus = visible_gpus() if any(ln.platform is not Platform.CPU for ln in offered) else []
     if gpus and n > len(gpus):
         raise ArbiterError(f"--workers {n}: this machine has {len(gpus)} GPU(s), and each GPU "
                            "worker owns one (start CPU-only workers with `arbiter worker "

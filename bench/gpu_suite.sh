@@ -3,6 +3,7 @@
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh tests   # the whole test suite, GPU tests included
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh tune    # every lane on examples/regions.toml
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh picks   # GPU lanes at benchmark scale (h200_picks.toml)
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh workers # `tune --workers`: one worker per GPU
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,15 @@ for step in "$@"; do
         python3 -m arbiter best bench/h200_picks.toml --db "sqlite:///$out/picks.db" \
           --budget "$b" | tee "$out/best_picks_$b.txt"
       done ;;
-    *) echo "unknown step $step (tests, tune, picks)"; exit 2 ;;
+    workers)
+      gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+      timeout 400 python3 -m arbiter tune examples/regions.toml --workers "$gpus" \
+        --db "sqlite:///$out/workers.db" --trials 8 --timeout 120 --json \
+        >"$out/workers.json" 2>"$out/workers.err"
+      echo "workers ($gpus GPU): rc=$? in $((SECONDS - t0)) s"
+      python3 -m arbiter jobs 1 --db "sqlite:///$out/workers.db" | tee "$out/workers_job.txt"
+      python3 -m arbiter tune examples/regions.toml --workers $((gpus + 1)) \
+        --db "sqlite:///$out/workers.db" 2>&1 | tee "$out/workers_refused.txt" ;;
+    *) echo "unknown step $step (tests, tune, picks, workers)"; exit 2 ;;
   esac
 done

@@ -160,3 +160,81 @@ def test_worker_mistakes_are_one_line(url, capsys):
         assert main(["worker", "--db", url, *argv]) == 2
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_jobs_lists_shows_and_cancels(url, capsys):
+    from arbiter.cli import main
+
+    queue = Queue(url)
+    job = queue.submit(REGIONS[:2], {"trials": 2}, "test")
+    assert main(["jobs", "--db", url, "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["id"] == job and listed["state"] == "queued"
+    assert listed["progress"] == {"regions": 2, "done": 0, "failed": 0, "running": 0}
+    assert main(["jobs", str(job), "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "queued, 0/2 regions done" in out and "r1" in out and "waiting" in out
+    records = Records(url)
+    env = records.environment(fingerprint())
+    assert len(queue.pending(env)) == 2
+    assert main(["jobs", str(job), "--cancel", "--db", url]) == 0
+    assert "cancelled" in capsys.readouterr().out
+    assert queue.pending(env) == []  # workers take nothing more of it
+    assert main(["jobs", "99", "--db", url]) == 2
+    assert capsys.readouterr().err.strip() == "arbiter: error: no job 99"
+
+
+def test_export_to_optuna_works_on_postgres(pg_url, monkeypatch, tmp_path, capsys):
+    """The reported failure: Optuna's tables on PostgreSQL (its enum types) made by hand."""
+    import optuna
+
+    from arbiter.cli import main
+
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    import arbiter
+
+    arbiter.tune(REGIONS[:1], db=pg_url, lanes="fake_tiny", trials=4)
+    assert main(["export", "optuna", "--db", pg_url]) == 0
+    capsys.readouterr()
+    [summary] = optuna.get_all_study_summaries(pg_url)
+    assert summary.n_trials >= 4 and summary.best_trial is not None
+
+
+@pytest.mark.slow
+def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
+    from tests.conftest import SCRIPT, free_port
+
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    import tempfile
+
+    folder, port = tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
+    pg = ["bash", str(SCRIPT)]
+    url = subprocess.run([*pg, "start", folder, port], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    worker = None
+    try:
+        Queue(url)
+        worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
+                                   "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        time.sleep(2)
+        subprocess.run([*pg, "stop", folder], check=True, capture_output=True)
+        time.sleep(3)
+        subprocess.run([*pg, "start", folder, port], check=True, capture_output=True)
+        job = Queue(url).submit(REGIONS[:1], {"trials": 2, "lanes": ["fake_tiny"]}, "test")
+        deadline = time.monotonic() + 60
+        while Queue(url).status(job)["state"] != "done":
+            assert worker.poll() is None, worker.stderr.read()
+            assert time.monotonic() < deadline, "the worker did not come back"
+            time.sleep(0.3)
+    finally:
+        if worker is not None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            err = worker.communicate(timeout=30)[1]
+            assert "the database:" in err and "trying again" in err
+            assert "Traceback" not in err
+        subprocess.run([*pg, "stop", folder], capture_output=True)

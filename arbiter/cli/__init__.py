@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ COMMANDS = {
     "report": ("report", "write latency figures (PNG) and an HTML/Markdown report"),
     "tune": ("tune", "search lanes and configs for every region and record the winners"),
     "worker": ("worker", "take regions of tune jobs from a shared database until stopped"),
+    "jobs": ("jobs", "tune jobs in a shared database: list, progress, cancel"),
     "serve": ("serve", "answer winners, take tune jobs and show the report over HTTP"),
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("arbiter: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `arbiter ... | head`: the reader left; no traceback for that
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 def console() -> int:

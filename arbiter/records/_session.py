@@ -79,7 +79,10 @@ _LOCK = threading.Lock()
 
 def _new_engine(url: str) -> Engine:
     try:
-        engine = create_engine(url)
+        # a server restarted (or a connection dropped) since a connection was pooled: the
+        # ping finds it and opens another, instead of the next query failing
+        remote = make_url(url).get_backend_name() != "sqlite"
+        engine = create_engine(url, pool_pre_ping=remote)
     except (SQLAlchemyError, ValueError, ImportError) as e:
         raise StoreError(f"cannot open database {url!r}: {e}") from e
     if engine.dialect.name == "sqlite":

@@ -58,9 +58,9 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
 
         with session_scope(url) as s:
             jobs = dict(s.execute(select(JobModel.state, func.count())
-                                  .group_by(JobModel.state)).tuples().all())
+                                  .group_by(JobModel.state)).all())
             tasks = dict(s.execute(select(TaskModel.state, func.count())
-                                   .group_by(TaskModel.state)).tuples().all())
+                                   .group_by(TaskModel.state)).all())
             held = s.scalar(select(func.count()).select_from(LeaseModel)
                             .where(LeaseModel.holder.is_not(None))) or 0
         return {
