@@ -9,7 +9,8 @@ server share its CPUs. Four loads, each for --seconds after a 2 s warm-up:
 `GET /v1/best/{name}` rotating over every region, `POST /v1/best` with each region's table
 (by content), and `GET /v1/regions`; then `GET /v1/best` with a budget drawn at random
 for every request, so that none is answered from the kept answers (each reads the records:
-the worst case, a runtime asking what nobody asked before). Latencies are wrk's, from request sent to reply read.
+the worst case, a runtime asking what nobody asked before). Latencies are wrk's, from request
+sent to reply read.
 Targets (issue 36): GET /v1/best >= 2,000/s with p99 < 10 ms; POST /v1/best >= 500/s.
 """
 
@@ -44,7 +45,8 @@ local paths = {%s}
 local i = 0
 request = function()
   i = i %% #paths + 1
-  return wrk.format("GET", paths[i] .. string.format("?budget=%%.12f", 0.001 + math.random() * 1e-6))
+  local budget = string.format("?budget=%%.12f", 0.001 + math.random() * 1e-6)
+  return wrk.format("GET", paths[i] .. budget)
 end
 """
 POST = """
