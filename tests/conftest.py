@@ -22,10 +22,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def postgres_server():
+def need_postgres() -> None:
     if shutil.which("initdb") is None and not list(Path("/usr/lib/postgresql").glob("*/bin")):
         pytest.skip("no PostgreSQL server installed (scripts/setup.sh installs Debian's)")
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    need_postgres()
     folder = tempfile.mkdtemp(prefix="arbiter-pg-")
     done = subprocess.run(["bash", str(SCRIPT), "start", folder, str(free_port())],
                           capture_output=True, text=True, timeout=120)

@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
         raise ArbiterError("--token must be at least 8 printable characters, no spaces")
     import uvicorn
 
-    from ..serve import make_app
+    from ..service.app import make_app
 
     url = args.db or settings().db
     app = make_app(url, token=token)

@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     options = dict(trials=args.trials, budget=args.budget, timeout=args.timeout,
                    seed=args.seed, sampler=args.sampler or "tpe", equivalence=args.equivalence)
     if args.workers is not None:
-        from ..workers import tune_across
+        from ..service.workers import tune_across
 
         rows = tune_across(args.spec, args.workers, db=args.db, lanes=lanes,
                            progress=not args.json, **options)

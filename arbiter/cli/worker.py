@@ -41,8 +41,8 @@ def cpu_list(text: str) -> set[int]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..service.workers import work
     from ..settings import settings
-    from ..workers import work
 
     if args.cpus is not None:
         try:

@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from tests.serve.test_serve import Server, tuned  # noqa: F401  (the module's fixture)
+from tests.service.test_serve import Server, tuned  # noqa: F401  (the module's fixture)
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 

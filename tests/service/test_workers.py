@@ -204,8 +204,9 @@ def test_export_to_optuna_works_on_postgres(pg_url, monkeypatch, tmp_path, capsy
 
 @pytest.mark.slow
 def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
-    from tests.conftest import SCRIPT, free_port
+    from tests.conftest import SCRIPT, free_port, need_postgres
 
+    need_postgres()
     monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
     monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
     monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))

@@ -28,8 +28,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .._errors import ArbiterError, one_line
-from ._answers import Answers, Problem
-from ._metrics import Metrics
+from .answers import Answers, Problem
+from .metrics import Metrics
 
 __all__ = ["REFRESH_SECONDS", "make_app"]
 
@@ -263,7 +263,7 @@ def _submit(url: str, body: Any) -> int:
     from ..lane import lane_names
     from ..records import Queue
     from ..region import parse_table
-    from ..workers import OPTIONS
+    from .workers import OPTIONS
 
     if isinstance(body, list):
         body = {"regions": body}

@@ -20,12 +20,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import ArbiterError, StoreError, one_line
-from .api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
-from .check import budget_of
-from .lane import Lane
-from .measure import Worker
-from .settings import settings
+from .._errors import ArbiterError, StoreError, one_line
+from ..api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
+from ..check import budget_of
+from ..lane import Lane
+from ..measure import Worker
+from ..settings import settings
 
 __all__ = ["MAX_TAKEOVERS", "local_workers", "tune_across", "work"]
 
@@ -47,7 +47,7 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
     """Take regions until `stop` is set (or, `until_done`, until the job has none left for
     this environment); returns how many regions this worker finished. The database away for
     a while (a restart, the network) is waited for, not a reason to stop."""
-    from .records import LEASE_SECONDS, Queue, Records, fingerprint, holder_id
+    from ..records import LEASE_SECONDS, Queue, Records, fingerprint, holder_id
 
     stop = stop or threading.Event()
     here = usable_lanes(list(lanes) if lanes else None)
@@ -86,7 +86,7 @@ class _Me:
 
     def take(self, todo: list[Any]) -> tuple[Any, list[Lane], Any] | None:
         """The first pending region whose lease it gets, with the lanes it sweeps it with."""
-        from .records import Lease
+        from ..records import Lease
 
         for p in todo:
             chosen = _lanes_for(p.options.get("lanes"), self.here)
@@ -98,8 +98,8 @@ class _Me:
 
     def sweep(self, p: Any, chosen: list[Lane], lease: Any) -> int:
         """Sweep the region for its job; 1 when finished here."""
-        from .records import DONE, FAILED, LeaseLost
-        from .region import parse_table
+        from ..records import DONE, FAILED, LeaseLost
+        from ..region import parse_table
 
         names = [ln.name for ln in chosen]
         label = f"job {p.job_id}: region {p.table.get('name')}"
@@ -140,7 +140,7 @@ def visible_gpus() -> list[str]:
     for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         if os.environ.get(var) is not None:
             return [d.strip() for d in os.environ[var].split(",") if d.strip()]
-    from .records import fingerprint
+    from ..records import fingerprint
 
     gpus = fingerprint()["gpu"]
     return [str(i) for i in range(max(len(v) for v in gpus.values()))] if gpus else []
@@ -167,7 +167,7 @@ def local_workers(url: str, n: int, *, job_id: int | None = None,
                   lease_seconds: float | None = None) -> list[subprocess.Popen[bytes]]:
     """Start `n` workers here: one GPU each where there are GPUs (and GPU lanes among the
     lanes), disjoint CPU sets."""
-    from .lane import Platform
+    from ..lane import Platform
 
     offered = usable_lanes(list(lanes) if lanes else None)
     gpus = visible_gpus() if any(ln.platform is not Platform.CPU for ln in offered) else []
@@ -194,7 +194,7 @@ def tune_across(spec: Any, n: int, *, db: str | None = None,
                 **options: Any) -> list[dict[str, Any]]:
     """`arbiter tune --workers N`: the spec as a job, swept by `n` local workers; one row per
     region, as `tune` gives."""
-    from .records import Queue
+    from ..records import Queue
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArbiterError(f"--workers must be at least 1, got {n}")
