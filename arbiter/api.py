@@ -163,8 +163,9 @@ def tune_settings(*, trials: int = DEFAULT_TRIALS, budget: float | None = None,
     if budget is not None:
         budget = checked_budget(budget)
     check_sampler(sampler)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ArbiterError(f"--seed must be an integer, got {seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not 0 <= seed < 2**32):
+        raise ArbiterError(f"--seed must be an integer in [0, 2**32), got {seed!r}")
     timing = timing or Timing()
     if equivalence is not None:
         if not is_real(equivalence) or not 0 <= equivalence < 1:

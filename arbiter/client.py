@@ -4,8 +4,9 @@ kept in a local cache, standard library only.
     from arbiter.client import Client
     best = Client("http://tuner:8765", token="...").best("mm_relu", fingerprint="e567...")
 
-An answer is kept for `ttl` seconds; when the server cannot be reached, the last answer kept
-is given (however old) rather than none, so a runtime keeps running through a restart.
+An answer is kept for `ttl` seconds; when the server cannot be reached (or answers 5xx: its
+database away), the last answer kept is given (however old) rather than none, so a runtime
+keeps running through a restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 from ._errors import ArbiterError
 
 __all__ = ["Client", "ClientError"]
+
+KEPT = 4096  # answers a client keeps
 
 
 class ClientError(ArbiterError):
@@ -59,7 +62,8 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        for attempt in (0, 1):  # a kept-alive connection the server closed is opened again
+        while True:
+            reused = getattr(self._local, "conn", None) is not None
             conn = self._connection()
             try:
                 conn.request(method, self.base + path, body=data, headers=headers)
@@ -69,7 +73,10 @@ class Client:
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 self._local.conn = None
-                if attempt:
+                # a kept-alive connection the server had closed is opened again, once; a
+                # timeout is not retried (the server may have done it: a job submitted twice)
+                if not (reused and isinstance(e, (ConnectionResetError, BrokenPipeError,
+                                                  http.client.RemoteDisconnected))):
                     raise ClientError(f"arbiter serve at {self.host}:{self.port} cannot be "
                                       f"reached: {e}") from None
         try:
@@ -105,9 +112,13 @@ class Client:
         try:
             out = self.request(*call)
         except ClientError as e:
-            if e.status == 0 and kept is not None:
-                return kept[1]  # the server is away: the last answer stands
+            if (e.status == 0 or e.status >= 500) and kept is not None:
+                return kept[1]  # the server (or its database) is away: the last answer stands
             raise
+        if len(self._kept) >= KEPT:
+            for old in list(self._kept)[:KEPT // 2]:  # the oldest half
+                del self._kept[old]
+        self._kept.pop(key, None)
         self._kept[key] = (time.monotonic() + self.ttl, out)
         return out
 

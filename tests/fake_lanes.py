@@ -386,3 +386,18 @@ class FlakyInRounds(Tiny):
 flaky_rounds = FlakyInRounds()
 LANES[flaky_rounds.name] = flaky_rounds
 _ATTRS += ("flaky_rounds",)
+
+
+class BrokenSpace(Tiny):
+    """`Tiny` whose space cannot be built: a lane bug in the sweeping process itself, outside
+    the isolated worker (a worker must fail that region once, not die on it)."""
+
+    name = "fake_broken_space"
+
+    def space(self, region):
+        raise RuntimeError("space exploded")
+
+
+broken_space = BrokenSpace()
+LANES[broken_space.name] = broken_space
+_ATTRS += ("broken_space",)

@@ -21,7 +21,7 @@ from ._models import (
     RegionModel,
     WinnerModel,
 )
-from ._queue import Pending, Queue
+from ._queue import NoJob, Pending, Queue
 from ._records import Records, Result, finite
 from ._session import (
     BUSY_TIMEOUT_MS,
@@ -36,7 +36,7 @@ from ._session import (
 
 __all__ = [
     "BUSY_TIMEOUT_MS", "CANCELLED", "DONE", "FAILED", "FINAL", "LEASE_SECONDS", "OPEN",
-    "JobModel", "JobRegionModel", "Lease", "LeaseLost", "LeaseModel", "Pending", "Queue",
+    "JobModel", "JobRegionModel", "Lease", "LeaseLost", "LeaseModel", "NoJob", "Pending", "Queue",
     "TaskModel", "holder_id", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel",
     "CeilingModel", "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel",
     "Records", "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines",

@@ -112,7 +112,8 @@ def _details(cc: str, cpus: int) -> Fingerprint:
 _ONCE = threading.Lock()  # a second caller waits for the first one's answer
 
 
-def fingerprint() -> Fingerprint:
-    """This machine's fingerprint (computed once per process, again if its CPU set changes)."""
+def fingerprint(cpus: int | None = None) -> Fingerprint:
+    """This machine's fingerprint (computed once per process, again if its CPU set changes);
+    `cpus`: that of a process of this machine allowed that many CPUs (a worker it starts)."""
     with _ONCE:
-        return _details(settings().cc, usable_cores())
+        return _details(settings().cc, cpus or usable_cores())

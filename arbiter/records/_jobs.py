@@ -12,7 +12,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ._models import Base, now
@@ -82,4 +82,5 @@ class LeaseModel(Base):
                                                nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     taken_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    seconds: Mapped[float] = mapped_column(Float, default=60.0)  # silence that ends it
     takeovers: Mapped[int] = mapped_column(Integer, default=0)  # from holders that went silent

@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, DateTime, func, or_, select, update
+from sqlalchemy import CursorResult, DateTime, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from .._errors import StoreError
 from ._jobs import LeaseModel
 from ._session import once_more_on_conflict, session_scope
 
-__all__ = ["LEASE_SECONDS", "Lease", "LeaseLost", "changed", "db_now", "holder_id"]
+__all__ = ["LEASE_SECONDS", "Lease", "LeaseLost", "changed", "db_now", "held", "holder_id"]
 
 LEASE_SECONDS = 60.0  # silence after which a region's lease may be taken over
 
@@ -46,6 +46,16 @@ def changed(s: Session, statement: Any) -> int:
     """Rows an UPDATE changed."""
     result = s.execute(statement.execution_options(synchronize_session=False))
     return cast(CursorResult, result).rowcount
+
+
+def _silent(row: LeaseModel, now: datetime) -> bool:
+    """Its holder has not renewed it for longer than its own lease seconds."""
+    return row.heartbeat_at is None or row.heartbeat_at < now - timedelta(seconds=row.seconds)
+
+
+def held(row: LeaseModel, now: datetime) -> bool:
+    """Someone holds it and is alive."""
+    return row.holder is not None and not _silent(row, now)
 
 
 def db_now(s: Session) -> datetime:
@@ -73,21 +83,23 @@ class Lease:
         def attempt() -> str | None:
             with session_scope(self.url) as s:
                 t = db_now(s)
-                expired = t - timedelta(seconds=self.seconds)
                 row = s.scalars(select(LeaseModel).where(*self._mine())).first()
                 if row is None:
                     s.add(LeaseModel(region_id=self.region_id, environment_id=self.environment_id,
                                      holder=self.holder, job_id=self.job_id, heartbeat_at=t,
-                                     taken_at=t, takeovers=0))
+                                     taken_at=t, seconds=self.seconds, takeovers=0))
                     s.flush()
                     return None
-                silent = row.holder not in (None, self.holder)
+                if row.holder not in (None, self.holder) and not _silent(row, t):
+                    return row.holder  # (read first: an idle worker's poll writes nothing)
+                other = and_(LeaseModel.holder.is_not(None), LeaseModel.holder != self.holder)
                 got = changed(s, update(LeaseModel).where(
                     *self._mine(),
                     or_(LeaseModel.holder.is_(None), LeaseModel.holder == self.holder,
-                        LeaseModel.heartbeat_at < expired))
+                        LeaseModel.heartbeat_at < t - timedelta(seconds=row.seconds)))
                     .values(holder=self.holder, job_id=self.job_id, heartbeat_at=t, taken_at=t,
-                            takeovers=LeaseModel.takeovers + (1 if silent else 0)))
+                            seconds=self.seconds,
+                            takeovers=LeaseModel.takeovers + case((other, 1), else_=0)))
                 if got != 1:
                     s.rollback()
                     return s.scalar(select(LeaseModel.holder).where(*self._mine())) or "?"

@@ -12,11 +12,15 @@ from sqlalchemy import and_, exists, select, update
 from .._errors import StoreError
 from ..region import Region, region_table
 from ._jobs import CANCELLED, FAILED, OPEN, JobModel, JobRegionModel, LeaseModel, TaskModel
-from ._lease import changed, db_now
+from ._lease import changed, db_now, held
 from ._models import EnvironmentModel, RegionModel
 from ._session import once_more_on_conflict, require_current, session_scope
 
-__all__ = ["Pending", "Queue"]
+__all__ = ["NoJob", "Pending", "Queue"]
+
+
+class NoJob(StoreError, LookupError):
+    """No job has this id."""
 
 
 @dataclass(frozen=True)
@@ -89,16 +93,17 @@ class Queue:
         with session_scope(self.url) as s:
             if not changed(s, update(JobModel).where(JobModel.id == job_id)
                            .values(state=CANCELLED)):
-                raise StoreError(f"no job {job_id}")
+                raise NoJob(f"no job {job_id}")
 
     def status(self, job_id: int) -> dict[str, Any]:
         """The job, its regions and what every environment made of each; `state` is queued
-        (nothing taken yet), running, done (every region finished by some environment and
-        none being swept for it) or cancelled."""
+        (nothing taken yet), running, done (every region finished by some environment: final,
+        though another environment may sweep them too, shown under `running`) or cancelled.
+        A lease whose holder went silent is not `running`."""
         with session_scope(self.url) as s:
             job = s.get(JobModel, job_id)
             if job is None:
-                raise StoreError(f"no job {job_id}")
+                raise NoJob(f"no job {job_id}")
             t = db_now(s)
             regions = s.execute(
                 select(JobRegionModel, RegionModel.key)
@@ -126,8 +131,9 @@ class Queue:
                     "running": [{"fingerprint": fp, "worker": ls.holder,
                                  "silent_s": round((t - ls.heartbeat_at).total_seconds(), 1)
                                  if ls.heartbeat_at else None}
-                                for ls, fp in leases if ls.region_id == jr.region_id]})
-            done = sum(bool(r["finished"]) and not r["running"] for r in rows)
+                                for ls, fp in leases
+                                if ls.region_id == jr.region_id and held(ls, t)]})
+            done = sum(bool(r["finished"]) for r in rows)
             failed = sum(any(f["state"] == FAILED for f in r["finished"]) for r in rows)
             running = sum(bool(r["running"]) for r in rows)
             state = (CANCELLED if job.state == CANCELLED else "done" if done == len(rows)

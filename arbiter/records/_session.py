@@ -208,7 +208,8 @@ def _create(url: str) -> None:
             version.create(conn, checkfirst=True)
             conn.execute(version.insert().values(version_num=SCHEMA_REVISION))
     except SQLAlchemyError as e:
-        for _ in range(100):
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1e3  # (a busy machine: seconds)
+        while time.monotonic() < deadline:
             if revision_of(url) == SCHEMA_REVISION:
                 return
             time.sleep(0.05)

@@ -5,12 +5,14 @@ server runs no kernel). Answers are kept until the records change."""
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import func, select
 
-from .._errors import ArbiterError, one_line
+from .._errors import ArbiterError, StoreError, one_line
 from ..api import answer
 from ..check import budget_of, checked_budget
 from ..records import (
@@ -24,9 +26,12 @@ from ..records import (
 )
 from ..region import Region, parse_table, region_from_canonical
 
-__all__ = ["Answers", "Problem"]
+__all__ = ["Answers", "Problem", "parse_budget", "parse_fingerprint", "parse_region"]
 
-KEPT = 20_000  # answers kept between changes of the records
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+KEPT_BYTES = 64 << 20  # answers kept between changes of the records, at most
+MAX_AGE = 5.0  # seconds an answer is kept at most, whatever the records say
 
 
 class Problem(Exception):
@@ -37,20 +42,44 @@ class Problem(Exception):
         self.status = status
 
 
-def _budget(text: Any) -> float | None:
+def parse_budget(text: Any) -> float | None:
     if text is None or text == "":
         return None
     try:
         return checked_budget(float(text))
-    except (ValueError, ArbiterError):
-        raise Problem(400, f"budget must be a positive number, got {text!r}") from None
+    except (ValueError, TypeError, ArbiterError):
+        shown = text if len(str(text)) <= 40 else str(text)[:40] + "..."
+        raise Problem(400, f"budget must be a positive number, got {shown!r}") from None
+
+
+def parse_fingerprint(text: Any) -> str | None:
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str) or not FINGERPRINT.fullmatch(text):
+        raise Problem(400, "fingerprint must be the 16 hex digits GET /v1/regions lists")
+    return text
+
+
+def parse_region(table: Any) -> tuple[Region, bool]:
+    """A region from its spec table; True when the table named none."""
+    unnamed = isinstance(table, dict) and "name" not in table
+    try:
+        return parse_table({**table, "name": "request"} if unnamed else table, "request"), unnamed
+    except ArbiterError as e:
+        raise Problem(400, one_line(str(e))) from None
 
 
 class Answers:
+    """The answers, kept until the records change (found by `refresh`, which the server calls
+    twice a second) and for `MAX_AGE` seconds at most (a change the token cannot see: a
+    region renamed, a commit whose ids arrived out of order)."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.records = Records(url)
-        self.cache: dict[Any, bytes] = {}
+        self.cache: dict[Any, tuple[float, bytes]] = {}
+        self.size = 0
+        self.generation = 0  # one more at every change: an answer computed before is not kept
         self.hits = self.misses = 0
         self._token: Any = None
         self._lock = threading.Lock()
@@ -74,22 +103,29 @@ class Answers:
             if token == self._token:
                 return False
             self._token = token
+            self.generation += 1
             self.cache.clear()
+            self.size = 0
             return True
 
     def kept(self, key: Any) -> bytes | None:
         found = self.cache.get(key)
-        if found is None:
+        if found is None or time.monotonic() - found[0] > MAX_AGE:
             self.misses += 1
-        else:
-            self.hits += 1
-        return found
+            return None
+        self.hits += 1
+        return found[1]
 
-    def keep(self, key: Any, body: bytes) -> bytes:
+    def keep(self, key: Any, body: bytes, generation: int) -> bytes:
+        """Keep `body`, computed when the records were at `generation`, if they still are."""
         with self._lock:
-            if len(self.cache) >= KEPT:
-                self.cache.clear()
-            self.cache[key] = body
+            if generation == self.generation:
+                if self.size + len(body) > KEPT_BYTES:
+                    self.cache.clear()
+                    self.size = 0
+                old = self.cache.pop(key, None)
+                self.size += len(body) - (len(old[1]) if old else 0)
+                self.cache[key] = (time.monotonic(), body)
         return body
 
     def regions(self) -> list[dict[str, Any]]:
@@ -116,7 +152,8 @@ class Answers:
                                  for rid, fp, details in envs if rid == r.id]})
         return out
 
-    def best(self, ref: str, budget: Any = None, fingerprint: str | None = None) -> dict:
+    def best(self, ref: str, budget: float | None = None,
+             fingerprint: str | None = None) -> dict:
         """By region name or key."""
         with session_scope(self.url) as s:
             found = s.execute(select(RegionModel).where(
@@ -129,24 +166,20 @@ class Answers:
             raise Problem(409, f"{len(found)} regions are named {ref!r} (keys {keys}): ask by key")
         row = (exact or found)[0]
         region = region_from_canonical(row.canonical).with_name(row.name)
-        return self._best(region, row.id, _budget(budget), fingerprint, by_content=False)
+        return self._best(region, row.id, budget, fingerprint, by_content=False)
 
-    def best_of(self, table: Any, budget: Any = None, fingerprint: str | None = None) -> dict:
-        """By content: the region's spec table (as JSON)."""
-        unnamed = isinstance(table, dict) and "name" not in table
-        try:
-            region = parse_table({**table, "name": "request"} if unnamed else table, "request")
-        except ArbiterError as e:
-            raise Problem(400, one_line(str(e))) from None
+    def best_of(self, region: Region, unnamed: bool, budget: float | None = None,
+                fingerprint: str | None = None) -> dict:
+        """By content (`parse_region`); a region the table did not name is answered under the
+        name it was tuned with."""
         with session_scope(self.url) as s:
             found = s.execute(select(RegionModel.id, RegionModel.name)
                               .where(RegionModel.key == region.key)).first()
         if found is None:
             raise Problem(404, f"region {region.describe()} was never tuned")
-        region_id = found[0]
-        if unnamed:  # answered under the name it was tuned with
+        if unnamed:
             region = region.with_name(found[1])
-        return self._best(region, region_id, _budget(budget), fingerprint, by_content=True)
+        return self._best(region, found[0], budget, fingerprint, by_content=True)
 
     def _best(self, region: Region, region_id: int, budget: float | None,
               fingerprint: str | None, *, by_content: bool) -> dict:
@@ -173,6 +206,8 @@ class Answers:
         b = budget_of(region, budget)
         try:
             row = answer(self.records, region, region_id, env_id, b, fp)
+        except StoreError:
+            raise  # (the database away: a 503)
         except ArbiterError as e:
             raise Problem(404, one_line(str(e))) from None
         if row is None:

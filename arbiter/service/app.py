@@ -13,9 +13,12 @@ import hmac
 import html
 import io
 import json
+import math
+import re
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .._errors import ArbiterError, one_line
-from .answers import Answers, Problem
+from .answers import Answers, Problem, parse_budget, parse_fingerprint, parse_region
 from .metrics import Metrics
 
 __all__ = ["REFRESH_SECONDS", "make_app"]
@@ -36,6 +39,7 @@ __all__ = ["REFRESH_SECONDS", "make_app"]
 REFRESH_SECONDS = 0.5  # how often the records are looked at for changes
 JSON = "application/json"
 MAX_BODY = 1 << 20
+MAX_ELEMENTS = 1 << 31  # of one array of a region submitted over HTTP (8 GiB of f32)
 
 
 def _json(obj: Any) -> bytes:
@@ -128,22 +132,36 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
     async def cached(key: Any, compute: Any) -> Response:
         body = answers.kept(key)
         if body is None:
-            body = answers.keep(key, _json(await run_in_threadpool(compute)))
+            generation = answers.generation
+            body = answers.keep(key, _json(await run_in_threadpool(compute)), generation)
         return Response(body, media_type=JSON)
 
     async def body_of(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
+        """The JSON body. Only `application/json` is taken: a page elsewhere cannot send that
+        to a server on this machine without the browser asking first (CORS)."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != JSON:
+            raise Problem(415, "send the body as application/json")
+        declared = request.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
             raise Problem(413, f"request body over {MAX_BODY} bytes")
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                raise Problem(413, f"request body over {MAX_BODY} bytes")
         try:
             return json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise Problem(400, "the request body is not JSON") from None
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        ok = await run_in_threadpool(answers.token)
-        return Response(_json({"ok": True, "records": ok is not None}), media_type=JSON)
+        try:
+            await run_in_threadpool(answers.token)
+        except ArbiterError:  # (no details: anyone may ask)
+            return Response(_json({"ok": False, "records": False}), 503, media_type=JSON)
+        return Response(_json({"ok": True, "records": True}), media_type=JSON)
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
@@ -160,7 +178,9 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
     async def best(request: Request, ref: str) -> Response:
         authorized(request)
         q = request.query_params
-        budget, fp = q.get("budget"), q.get("fingerprint")
+        budget, fp = parse_budget(q.get("budget")), parse_fingerprint(q.get("fingerprint"))
+        if len(ref) > 255:
+            raise Problem(404, "no region has a name that long")
         return await cached(("best", ref, budget, fp), lambda: answers.best(ref, budget, fp))
 
     @app.post("/v1/best")
@@ -174,9 +194,12 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
         budget = body.get("budget") if "region" in body else None
         fp = body.get("fingerprint") if "region" in body else None
         q = request.query_params
-        budget, fp = q.get("budget", budget), q.get("fingerprint", fp)
-        key = ("best_of", json.dumps(table, sort_keys=True, default=str), str(budget), fp)
-        return await cached(key, lambda: answers.best_of(table, budget, fp))
+        budget = parse_budget(q.get("budget", budget))
+        fp = parse_fingerprint(q.get("fingerprint", fp))
+        region, unnamed = parse_region(table)
+        key = ("best_of", region.key, None if unnamed else region.name, region.budget, budget,
+               fp)
+        return await cached(key, lambda: answers.best_of(region, unnamed, budget, fp))
 
     @app.post("/v1/tune", status_code=202)
     async def submit(request: Request) -> Response:
@@ -190,33 +213,35 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
         authorized(request)
         from ..records import Queue
 
-        ids = await run_in_threadpool(Queue(url, create=False).jobs)
+        ids = await run_in_threadpool(lambda: Queue(url, create=False).jobs())
         return Response(_json({"jobs": ids}), media_type=JSON)
 
     @app.get("/v1/jobs/{job_id}")
     async def job(request: Request, job_id: str) -> Response:
         authorized(request)
-        if not job_id.isdigit():
-            raise Problem(400, f"a job id is a number, got {job_id!r}")
-        from ..records import Queue
+        if not re.fullmatch(r"[0-9]{1,18}", job_id):
+            raise Problem(400, f"a job id is a number, got {job_id[:40]!r}")
+        from ..records import NoJob, Queue
 
         try:
-            st = await run_in_threadpool(Queue(url, create=False).status, int(job_id))
-        except ArbiterError as e:
+            st = await run_in_threadpool(lambda: Queue(url, create=False).status(int(job_id)))
+        except NoJob as e:
             raise Problem(404, str(e)) from None
         return Response(_json(st), media_type=JSON)
 
     def render() -> dict[str, Any]:
         with page_lock:
-            if page:
+            if page and time.monotonic() - page["at"] < 30:
                 return page
             from ..report import build_report
 
+            generation = answers.generation
+            built: dict[str, Any] = {"at": time.monotonic()}
             try:
                 rep = build_report(url)
             except (ArbiterError, KeyError, ValueError) as e:
-                page.update(report=None, why=one_line(str(e)) or type(e).__name__)
-                return page
+                built.update(report=None, why=one_line(str(e)) or type(e).__name__)
+                return _kept_if(built, generation)
             figures = {}
             for stem, fig in rep.figures.items():
                 buf = io.BytesIO()
@@ -225,15 +250,22 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
             import matplotlib.pyplot as plt
 
             plt.close("all")
-            page.update(report=rep, figures=figures, at=time.time())
-            return page
+            built.update(report=rep, figures=figures)
+            return _kept_if(built, generation)
+
+    def _kept_if(built: dict[str, Any], generation: int) -> dict[str, Any]:
+        """Kept unless the records changed while it was drawn."""
+        if generation == answers.generation:
+            page.clear()
+            page.update(built)
+        return built
 
     @app.get("/")
     async def index(request: Request) -> Response:
         authorized(request)
         built = await run_in_threadpool(render)
         jobs_html = await run_in_threadpool(_jobs_html, url)
-        suffix = f"?token={token}" if token else ""
+        suffix = f"?token={urllib.parse.quote(token, safe='')}" if token else ""
         refresh = "<meta http-equiv='refresh' content='30'>"
         if built.get("report") is None:
             return HTMLResponse(
@@ -262,7 +294,7 @@ def _submit(url: str, body: Any) -> int:
     from ..api import tune_settings
     from ..lane import lane_names
     from ..records import Queue
-    from ..region import parse_table
+    from ..region import input_shapes, output_shape, parse_table
     from .workers import OPTIONS
 
     if isinstance(body, list):
@@ -280,6 +312,12 @@ def _submit(url: str, body: Any) -> int:
         regions = [parse_table(t, f"regions[{i}]") for i, t in enumerate(body["regions"])]
         if len({r.name for r in regions}) < len(regions):
             raise ArbiterError("two regions share a name")
+        for r in regions:
+            biggest = max(math.prod(shape) for shape in
+                          [*input_shapes(r).values(), output_shape(r)])
+            if biggest > MAX_ELEMENTS:
+                raise ArbiterError(f"region {r.name!r}: an array of {biggest:,} elements is "
+                                   f"over the {MAX_ELEMENTS:,} a job may ask for")
         tune_settings(**options)
     except (ArbiterError, TypeError) as e:
         raise Problem(400, one_line(str(e))) from None

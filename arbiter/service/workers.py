@@ -126,10 +126,15 @@ class _Me:
             return 0
         except StoreError:
             raise
-        except ArbiterError as e:  # the job asked for something this worker cannot do
-            _say(f"{label}: failed: {one_line(str(e))}")
-            finish(FAILED, lease, error=one_line(str(e)))
-            lease.release()
+        except Exception as e:  # the job asked for what this worker cannot do
+            # (an ArbiterError), or a lane failed outside its isolated process: either way the
+            # region fails here, once, rather than killing every worker that takes it
+            why = one_line(str(e)) if isinstance(e, ArbiterError) else (
+                f"{type(e).__name__}: {one_line(str(e))}")
+            _say(f"{label}: failed: {why}")
+            if lease.take() is None:  # (let go when the sweep ended)
+                finish(FAILED, lease, error=why)
+                lease.release()
             return 0
         _say(f"{label}: done")
         return 1
@@ -147,19 +152,15 @@ def visible_gpus() -> list[str]:
 
 
 def cpu_sets(n: int) -> list[list[int]]:
-    """This process's CPUs cut into `n` disjoint contiguous sets (workers do not time each
-    other)."""
+    """This process's CPUs cut into `n` disjoint contiguous sets of one size (workers do not
+    time each other, and share one environment: a fingerprint counts a process's CPUs), the
+    remainder left out."""
     cpus = sorted(os.sched_getaffinity(0))
     if n > len(cpus):
         raise ArbiterError(f"--workers {n}: this process may use {len(cpus)} CPUs, and every "
                            "worker needs one of its own")
-    size, extra = divmod(len(cpus), n)
-    out, at = [], 0
-    for i in range(n):
-        take = size + (1 if i < extra else 0)
-        out.append(cpus[at:at + take])
-        at += take
-    return out
+    size = len(cpus) // n
+    return [cpus[i * size:(i + 1) * size] for i in range(n)]
 
 
 def local_workers(url: str, n: int, *, job_id: int | None = None,
@@ -192,9 +193,10 @@ def tune_across(spec: Any, n: int, *, db: str | None = None,
                 lanes: Sequence[str] | None = None, regions: Sequence[str] | None = None,
                 lease_seconds: float | None = None, progress: bool = True,
                 **options: Any) -> list[dict[str, Any]]:
-    """`arbiter tune --workers N`: the spec as a job, swept by `n` local workers; one row per
-    region, as `tune` gives."""
-    from ..records import Queue
+    """`arbiter tune --workers N`: the spec as a job, swept by `n` local workers (other
+    machines' workers may join); one row per region, as `tune` gives, from what this
+    machine's workers' environment made of it. Interrupted, the job is cancelled."""
+    from ..records import Queue, fingerprint
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArbiterError(f"--workers must be at least 1, got {n}")
@@ -203,31 +205,40 @@ def tune_across(spec: Any, n: int, *, db: str | None = None,
     todo = spec_regions(spec, regions)
     url = db or settings().db
     queue = Queue(url)
+    ours = fingerprint(cpus=len(cpu_sets(n)[0])).hash  # the workers' environment
     job_id = queue.submit(todo, {"lanes": named, **options}, source="cli")
-    procs = local_workers(url, n, job_id=job_id, lanes=lanes, lease_seconds=lease_seconds)
-    pids = {str(p.pid) for p in procs}
-    seen = 0
+    finished = False
     try:
-        while any(p.poll() is None for p in procs):
-            time.sleep(0.5)
-            st = queue.status(job_id)
-            if progress and st["progress"]["done"] != seen:
-                seen = st["progress"]["done"]
-                _say(f"job {job_id}: {seen}/{st['progress']['regions']} regions done")
+        procs = local_workers(url, n, job_id=job_id, lanes=lanes, lease_seconds=lease_seconds)
+        seen = 0
+        try:
+            while any(p.poll() is None for p in procs):
+                time.sleep(0.5)
+                try:
+                    done = queue.status(job_id)["progress"]["done"]
+                except StoreError:
+                    continue  # the workers wait for the database; so does this
+                if progress and done != seen:
+                    seen = done
+                    _say(f"job {job_id}: {seen}/{len(todo)} regions done")
+            finished = True
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                p.wait()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            p.wait()
-    st = queue.status(job_id)
+        if not finished:
+            queue.cancel(job_id)
+    by_key = {r["key"]: r for r in queue.status(job_id)["regions"]}
     rows = []
-    for region, r in zip(todo, st["regions"]):
-        ours = [f for f in r["finished"] if (f["worker"].split(":") + [""])[1] in pids]
-        if ours and ours[-1]["state"] == "done":
-            rows.append(ours[-1]["row"])
+    for region in todo:
+        here = [f for f in by_key[region.key]["finished"] if f["fingerprint"] == ours]
+        if here and here[-1]["state"] == "done":
+            rows.append(dict(here[-1]["row"], region=region.name))
         else:
-            why = ours[-1]["error"] if ours else "its workers exited before it was swept"
+            why = here[-1]["error"] if here else "its workers exited before it was swept"
             rows.append(empty_row(region, budget_of(region, how.budget), "not tuned",
                                   detail=why))
     return rows

@@ -58,6 +58,7 @@ def upgrade() -> None:
         _fk("jobs", "SET NULL", nullable=True),
         sa.Column("heartbeat_at", sa.DateTime, nullable=True),
         sa.Column("taken_at", sa.DateTime, nullable=True),
+        sa.Column("seconds", sa.Float, nullable=False),
         sa.Column("takeovers", sa.Integer, nullable=False),
         sa.UniqueConstraint("region_id", "environment_id", name="uq_leases_identity"),
     )

@@ -81,8 +81,9 @@ class Server:
 
     def call(self, method: str, path: str, body: bytes | None = None,
              headers: dict | None = None) -> tuple[int, dict]:
+        sent = {"Content-Type": "application/json"} if body is not None else {}
         req = urllib.request.Request(self.base + path, data=body, method=method,
-                                     headers=headers or {})
+                                     headers={**sent, **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status, json.loads(r.read())
@@ -141,7 +142,8 @@ def test_regions_lists_every_tuned_region_with_its_environments(tuned, server):
     ("GET", "/v1/best/nothing", None, 404, "no region named or keyed 'nothing'"),
     ("GET", "/v1/best/small?budget=-1", None, 400, "budget must be a positive number"),
     ("GET", "/v1/best/small?budget=abc", None, 400, "budget must be a positive number"),
-    ("GET", "/v1/best/small?fingerprint=0000", None, 404, "no records under fingerprint"),
+    ("GET", "/v1/best/small?fingerprint=0123456789abcdef", None, 404,
+     "no records under fingerprint"),
     ("POST", "/v1/best", b"{not json", 400, "not JSON"),
     ("POST", "/v1/best", b"[1, 2]", 400, "expected a JSON object"),
     ("POST", "/v1/best", b'{"M": 8, "N": 16}', 400, "field 'K': required"),
@@ -154,8 +156,16 @@ def test_regions_lists_every_tuned_region_with_its_environments(tuned, server):
      b'"trials": 0}', 400, "--trials must be at least 1"),
     ("POST", "/v1/tune", b'{"regions": [{"name": "x", "M": 8, "N": 8, "K": 8}], '
      b'"speed": 1}', 400, "unknown field 'speed'"),
+    ("POST", "/v1/tune", b'{"regions": [{"name": "x", "M": 8, "N": 8, "K": 8}], '
+     b'"seed": -1}', 400, "--seed must be an integer in [0, 2**32)"),
+    ("POST", "/v1/tune", b'[{"name": "x", "M": 1099511627776, "N": 1048576, "K": 8}]', 400,
+     "over the 2,147,483,648 a job may ask for"),
+    ("POST", "/v1/best", b"[" * 100_000, 400, "not JSON"),
+    ("GET", "/v1/best/small?fingerprint=../../etc", None, 400, "fingerprint must be"),
     ("GET", "/v1/jobs/99", None, 404, "no job 99"),
     ("GET", "/v1/jobs/x", None, 400, "a job id is a number"),
+    ("GET", "/v1/jobs/%C2%B2", None, 400, "a job id is a number"),
+    ("GET", "/v1/jobs/99999999999999999999999", None, 400, "a job id is a number"),
     ("GET", "/nowhere", None, 404, "Not Found"),
     ("DELETE", "/v1/regions", None, 405, "Method Not Allowed"),
 ])
@@ -163,6 +173,26 @@ def test_bad_requests_get_a_4xx_with_one_json_line(server, method, path, body, s
     got_status, got = server.call(method, path, body)
     assert got_status == status
     assert list(got) == ["error"] and says in got["error"] and "\n" not in got["error"]
+
+
+def test_posts_take_json_only_and_bounded_bodies(server):
+    """A page elsewhere cannot post a job to a server on this machine without the browser
+    asking first: text/plain, which a form may send, is refused."""
+    job = b'[{"name": "x", "M": 8, "N": 8, "K": 8}]'
+    status, got = server.call("POST", "/v1/tune", job, {"Content-Type": "text/plain"})
+    assert status == 415 and "application/json" in got["error"]
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.putrequest("POST", "/v1/best")  # (declared over the limit: refused before it is read)
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(2 << 20))
+    conn.endheaders(b"{}")
+    reply = conn.getresponse()
+    assert reply.status == 413 and b"request body over" in reply.read()
+    conn.close()
+    status, got = server.call("GET", "/v1/best/small?budget=" + "x" * 200)
+    assert status == 400 and len(got["error"]) < 120
 
 
 def test_a_region_tuned_under_two_fingerprints_needs_one_named(tmp_path, tuned):

@@ -136,18 +136,19 @@ def test_workers_share_a_job_and_one_killed_mid_sweep_loses_nothing(url):
 
 
 def test_tune_with_workers_answers_like_tune(url, capsys, tmp_path):
+    """Every region of the spec gets its row, the same content under two names too."""
     from arbiter.cli import main
 
     spec = tmp_path / "spec.toml"
     with open(spec, "w") as f:
-        for r in REGIONS[:2]:
+        for r in [*REGIONS[:2], REGIONS[1].with_name("twin")]:
             f.write(f"[[region]]\nname = '{r.name}'\nM = {r.M}\nN = {r.N}\nK = {r.K}\n"
                     "epilogue = ['bias', 'relu']\n")
     code = main(["tune", str(spec), "--db", url, "--workers", "2", "--lanes", "fake_tiny",
                  "--trials", "4", "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert [r["region"] for r in rows] == ["r0", "r1"]
+    assert [r["region"] for r in rows] == ["r0", "r1", "twin"]
     assert all(r["lane"] == "fake_tiny" and r["new_trials"] >= 4 for r in rows)
 
 
@@ -239,3 +240,36 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
             assert "the database:" in err and "trying again" in err
             assert "Traceback" not in err
         subprocess.run([*pg, "stop", folder], capture_output=True)
+
+
+def test_a_region_whose_sweep_fails_is_failed_once_and_the_job_ends(url):
+    """A lane bug outside the isolated process, and a job asking for no lane this worker
+    has: the region fails (once, with why), the worker goes on, the job is done."""
+    from arbiter.service.workers import work
+
+    os.environ["ARBITER_EXTRA_LANES"] += "," + fake_lanes.extra_lanes("fake_broken_space")
+    queue = Queue(url)
+    job = queue.submit(REGIONS[:2], {"trials": 2, "lanes": ["fake_broken_space"]}, "test")
+    assert work(url, job_id=job, until_done=True, poll=0.1, lanes=["fake_broken_space"]) == 0
+    st = queue.status(job)
+    assert st["state"] == "done" and st["progress"]["failed"] == 2
+    for r in st["regions"]:
+        [f] = r["finished"]
+        assert f["state"] == "failed" and "RuntimeError: space exploded" in f["error"]
+
+
+def test_a_silent_lease_is_not_running_and_done_stays_done(url):
+    queue = Queue(url)
+    job = queue.submit(REGIONS[:1], {"trials": 2}, "test")
+    records, region_id, env_id, _ = _ids(url)
+    dead = Lease(url, region_id, env_id, "gone:1:x", seconds=1.0, job_id=job)
+    assert dead.take() is None
+    assert queue.status(job)["progress"]["running"] == 1
+    time.sleep(2.2)
+    assert queue.status(job)["progress"]["running"] == 0  # its holder went silent
+    [p] = queue.pending(env_id, job)
+    queue.finish(p, env_id, state="done", worker="w:2:y", lanes=["fake_tiny"], row={})
+    other = Lease(url, region_id, env_id, "other:3:z", seconds=30.0, job_id=job)
+    assert other.take() is None  # (another sweep of it, say another budget's)
+    st = queue.status(job)
+    assert st["state"] == "done" and st["progress"]["running"] == 1
