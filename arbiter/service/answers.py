@@ -31,7 +31,7 @@ __all__ = ["Answers", "Problem", "parse_budget", "parse_fingerprint", "parse_reg
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 KEPT_BYTES = 64 << 20  # answers kept between changes of the records, at most
-MAX_AGE = 5.0  # seconds an answer is kept at most, whatever the records say
+MAX_AGE = 60.0  # seconds an answer is kept at most, whatever the records say
 
 
 class Problem(Exception):
