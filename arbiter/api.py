@@ -18,8 +18,8 @@ from .region import Region, Spec, is_real, load_spec, output_shape
 from .settings import settings
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "TuneSettings", "answer", "best", "empty_row",
-           "parse_config", "run", "spec_regions", "sweep_regions", "tune", "tune_settings",
-           "usable_lanes"]
+           "nearest", "parse_config", "run", "spec_regions", "sweep_regions", "tune",
+           "tune_settings", "usable_lanes"]
 
 DEFAULT_TRIALS = 30  # distinct candidates per region, when the caller does not say
 DEFAULT_TIMEOUT = 60.0  # seconds one candidate may take to be checked and timed
@@ -257,11 +257,13 @@ def _bar(total: int, shown: bool) -> Any:
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None,
-         timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+         timeout: float = DEFAULT_TIMEOUT, verify: bool = False) -> dict[str, Any]:
     """The recorded winner for `region` on this machine under `budget` (the region's own by
     default), answered from the records. A budget other than the sweep's is answered by a
     declared winner that stands for it, else from the recorded results; a winner recorded
-    only on another machine is re-checked here first."""
+    only on another machine is re-checked here first. A shape never tuned is answered by the
+    nearest tuned shape of its op chain (`source: nearest`), checked against the oracle at
+    this shape first when `verify`."""
     from .records import Records, fingerprint
 
     if not isinstance(region, get_args(Region)):
@@ -271,15 +273,70 @@ def best(region: Region, *, budget: float | None = None, db: str | None = None,
     records = Records(url, create=False)
     b = budget_of(region, budget)
     region_id = records.region_id(region.key)
-    if region_id is None:
-        raise ArbiterError(f"region {region.label!r} was never tuned in {url} "
-                           "(run `arbiter tune` first)")
     fp = fingerprint()
     env_id = records.environment_id(fp.hash)
-    row = None if env_id is None else answer(records, region, region_id, env_id, b, fp.hash)
+    row = None if region_id is None or env_id is None else answer(
+        records, region, region_id, env_id, b, fp.hash)
     if row is not None:
         return row
-    return _reverified(region, b, records, region_id, env_id, fp, timeout)
+    if region_id is not None and records.foreign(region_id, env_id):
+        return _reverified(region, b, records, region_id, env_id, fp, timeout)
+    near = None
+    if env_id is not None:
+        with Worker(timeout) as worker:  # (started only if a check is asked for)
+            near = nearest(records, region, env_id, b, fp.hash,
+                           verify=(worker, fp) if verify else None)
+    if near is not None:
+        return near
+    raise ArbiterError(f"region {region.label!r} was never tuned in {url}, nor a shape of its "
+                       "op chain near it (run `arbiter tune` first)")
+
+
+def nearest(records: Any, region: Region, env_id: int, budget: float, fingerprint: str, *,
+            verify: tuple[Worker, Any] | None = None) -> dict[str, Any] | None:
+    """The answer for a shape never tuned: the winner of the nearest tuned shape of the same
+    op chain in this environment (`choose.neighbours`), where its lane applies and its config
+    is valid at this shape. Its latency was measured at the neighbour's shape: the row gives
+    it under `neighbour`, not as this region's. With `verify` (a worker), the config is first
+    checked against the oracle at this shape (recorded as a verification), and a neighbour
+    whose config fails is passed over. `verify`: a worker and this machine's Fingerprint."""
+    from .choose import neighbours
+    from .records import VERIFY
+    from .region import region_from_canonical
+
+    tuned = [(rid, region_from_canonical(c).with_name(name))
+             for rid, name, c in records.tuned(region.kind, env_id)]
+    for distance, rid, other in neighbours(region, tuned):
+        try:
+            row = answer(records, other, rid, env_id, budget, fingerprint)
+        except ArbiterError:  # nothing of its within this budget
+            continue
+        if row is None:
+            continue
+        try:
+            lane = get_lane(row["lane"])
+            if not lane.available() or lane.applies_to(region) is not None:
+                continue
+            config = parse_config(lane, region, row["config"])
+        except ArbiterError:  # not a config at this shape
+            continue
+        out = empty_row(region, budget, "nearest", source="nearest", fingerprint=fingerprint)
+        out.update(lane=lane.name, config=config.as_dict(), precision=row["precision"],
+                   neighbour={"region": other.name, "region_key": other.key,
+                              "distance": round(distance, 3), "latency_ms": row["latency_ms"],
+                              "rel_error": row["rel_error"]})
+        if verify is not None:
+            worker, fp = verify
+            built = build_candidate(lane, region, config)
+            m = built if isinstance(built, Measurement) else worker.check(
+                lane.name, region, built, budget, seeds=fresh_seeds(), timing=None)
+            rid_here, eid, lane_ids = records.ids(region, fp, [lane])
+            records.record(rid_here, eid, lane_ids[lane.name], config, m, budget, kind=VERIFY)
+            if m.status is not Status.OK:
+                continue
+            out.update(rel_error=m.rel_error, verified=True)
+        return out
+    return None
 
 
 def answer(records: Any, region: Region, region_id: int, env_id: int, budget: float,

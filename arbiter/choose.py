@@ -15,8 +15,12 @@ from .lane import Status
 from .measure import EQUIVALENCE, TIE, Comparison, Measurement, compare_rounds
 from .records import Result
 
-__all__ = ["FINALISTS", "VENDOR_LANES", "Choice", "choose", "decide", "finalists",
-           "winner_that_stands"]
+__all__ = ["FINALISTS", "NEAREST_WITHIN", "VENDOR_LANES", "Choice", "choose", "decide",
+           "finalists", "neighbours", "winner_that_stands"]
+
+# How far (log2 shape distance) a tuned region may be for its winner to answer for an untuned
+# one: 2 is one size quadrupled, or two doubled (README: "Shapes nobody tuned").
+NEAREST_WITHIN = 2.0
 
 FINALISTS = 3  # the fastest by their sweep latency, re-timed interleaved
 VENDOR_LANES = ("numpy", "torch")  # the libraries a user would call instead: always finalists
@@ -118,3 +122,13 @@ def winner_that_stands(winners: Sequence[dict[str, Any]], results: Sequence[Resu
         return w
     return None
 
+
+
+def neighbours(region: Any, tuned: Sequence[tuple[int, Any]],
+               within: float = NEAREST_WITHIN) -> list[tuple[float, int, Any]]:
+    """The tuned regions of `region`'s op chain (`(id, region)` pairs), nearest shape first,
+    those within `within`: (distance, id, region)."""
+    from .region import shape_distance
+
+    near = [(shape_distance(region, other), rid, other) for rid, other in tuned]
+    return sorted((d, rid, o) for d, rid, o in near if d <= within)

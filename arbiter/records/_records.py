@@ -109,6 +109,16 @@ class Records:
 
         return once_more_on_conflict(find_or_add)
 
+    def tuned(self, kind: str, environment_id: int) -> list[tuple[int, str, str]]:
+        """Regions of `kind` with results in this environment: (id, name, canonical JSON)."""
+        with session_scope(self.url) as s:
+            return [tuple(r) for r in s.execute(  # type: ignore[misc]
+                select(RegionModel.id, RegionModel.name, RegionModel.canonical).distinct()
+                .join(CandidateModel, CandidateModel.region_id == RegionModel.id)
+                .where(RegionModel.kind == kind,
+                       CandidateModel.environment_id == environment_id)
+                .order_by(RegionModel.id))]
+
     def region_id(self, key: str) -> int | None:
         with session_scope(self.url) as s:
             return s.scalar(select(RegionModel.id).where(RegionModel.key == key))

@@ -18,9 +18,9 @@ from typing import TypeGuard, Union
 from .._errors import RegionError
 from ._ops import Epilogue, Pointwise, Reduction, parse_op
 
-__all__ = ["DEFAULT_BUDGET", "AttentionRegion", "FusedRegion", "Region", "RowwiseRegion",
-           "input_shapes", "is_real", "output_shape",
-           "region_from_canonical"]
+__all__ = ["DEFAULT_BUDGET", "SHAPE_FIELDS", "AttentionRegion", "FusedRegion", "Region",
+           "RowwiseRegion", "family_of", "input_shapes", "is_real", "output_shape",
+           "region_from_canonical", "shape_distance", "shape_of"]
 
 # Relative Frobenius error allowed when a region names no budget. f16 operands with f32
 # accumulation land near 3e-4 and tf32 near 3e-4 on unit-variance data, so 1e-3 admits them;
@@ -253,6 +253,34 @@ class AttentionRegion(_Keyed):
 
 
 Region = Union[FusedRegion, RowwiseRegion, AttentionRegion]  # noqa: UP007 (runtime alias on 3.10)
+
+
+SHAPE_FIELDS = {"fused": ("M", "N", "K"), "rowwise": ("M", "N"),
+                "attention": ("batch", "heads", "seq_q", "seq_k", "head_dim")}
+
+
+def shape_of(region: Region) -> dict[str, int]:
+    """The region's sizes: what may differ between regions that share one op chain."""
+    return {f: getattr(region, f) for f in SHAPE_FIELDS[region.kind]}
+
+
+def family_of(region: Region) -> str:
+    """What regions of one op chain share, shapes aside (an attention scale left at its
+    default, 1/sqrt(head_dim), counts as the default at any head_dim)."""
+    d = {k: v for k, v in region.canonical().items() if k not in SHAPE_FIELDS[region.kind]}
+    if isinstance(region, AttentionRegion) and math.isclose(
+            region.scale, 1.0 / math.sqrt(region.head_dim), rel_tol=1e-12):
+        d["scale"] = "default"
+    return json.dumps(d, sort_keys=True)
+
+
+def shape_distance(a: Region, b: Region) -> float:
+    """How far two regions' shapes are apart: the Euclidean distance of their sizes' log2
+    (1.0: one size doubled or halved; infinite across op chains)."""
+    if family_of(a) != family_of(b):
+        return math.inf
+    sa, sb = shape_of(a), shape_of(b)
+    return math.sqrt(sum((math.log2(sa[f]) - math.log2(sb[f])) ** 2 for f in sa))
 
 
 def input_shapes(region: Region) -> dict[str, tuple[int, ...]]:

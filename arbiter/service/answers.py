@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import func, select
 
 from .._errors import ArbiterError, StoreError, one_line
-from ..api import answer
+from ..api import answer, nearest
 from ..check import budget_of, checked_budget
 from ..records import (
+    SWEEP,
     CandidateModel,
     EnvironmentModel,
     MeasurementModel,
@@ -175,19 +176,43 @@ class Answers:
         with session_scope(self.url) as s:
             found = s.execute(select(RegionModel.id, RegionModel.name)
                               .where(RegionModel.key == region.key)).first()
-        if found is None:
-            raise Problem(404, f"region {region.describe()} was never tuned")
-        if unnamed:
-            region = region.with_name(found[1])
-        return self._best(region, found[0], budget, fingerprint, by_content=True)
+        if found is not None and self._envs(found[0]):
+            if unnamed:
+                region = region.with_name(found[1])
+            return self._best(region, found[0], budget, fingerprint, by_content=True)
+        # a shape never tuned here: the nearest tuned shape of its op chain answers
+        env_id, fp = self._environment(fingerprint)
+        near = nearest(self.records, region, env_id, budget_of(region, budget), fp)
+        if near is None:
+            raise Problem(404, f"region {region.describe()} was never tuned, nor a shape of "
+                          "its op chain near it")
+        return near
+
+    def _environment(self, fingerprint: str | None) -> tuple[int, str]:
+        with session_scope(self.url) as s:
+            envs = s.execute(select(EnvironmentModel.id, EnvironmentModel.fingerprint)).all()
+        if fingerprint:
+            envs = [e for e in envs if e[1] == fingerprint]
+        if not envs:
+            raise Problem(404, f"no records under fingerprint {fingerprint!r}" if fingerprint
+                          else "no records yet")
+        if len(envs) > 1:
+            raise Problem(409, f"the records hold {len(envs)} environments: give fingerprint=")
+        return envs[0][0], envs[0][1]
+
+    def _envs(self, region_id: int) -> list[tuple[int, str]]:
+        """The environments with sweep results for this region: (id, fingerprint)."""
+        with session_scope(self.url) as s:
+            return [(i, fp) for i, fp in s.execute(
+                select(EnvironmentModel.id, EnvironmentModel.fingerprint).distinct()
+                .join(CandidateModel, CandidateModel.environment_id == EnvironmentModel.id)
+                .join(MeasurementModel, MeasurementModel.candidate_id == CandidateModel.id)
+                .where(CandidateModel.region_id == region_id,
+                       MeasurementModel.kind == SWEEP))]
 
     def _best(self, region: Region, region_id: int, budget: float | None,
               fingerprint: str | None, *, by_content: bool) -> dict:
-        with session_scope(self.url) as s:
-            envs = s.execute(select(EnvironmentModel.id, EnvironmentModel.fingerprint).distinct()
-                             .join(CandidateModel,
-                                   CandidateModel.environment_id == EnvironmentModel.id)
-                             .where(CandidateModel.region_id == region_id)).all()
+        envs = self._envs(region_id)
         if fingerprint:
             envs = [e for e in envs if e[1] == fingerprint]
             if not envs:
