@@ -8,7 +8,7 @@ import math
 import pytest
 
 import arbiter
-from arbiter import AttentionRegion, ArbiterError, FusedRegion
+from arbiter import ArbiterError, AttentionRegion, FusedRegion
 from arbiter.cli import main
 from arbiter.records import VERIFY, Records, fingerprint
 from arbiter.region import shape_distance
