@@ -1,6 +1,7 @@
 """Shapes nobody tuned: how good is the nearest tuned shape's winner?
 
     python3 bench/nearest.py [--trials 16] [--lanes numpy,x86_c] [--out F]
+    python3 bench/nearest.py --set gpu --lanes hip_scalar,wmma_gemm,fa2,torch   (a GPU host)
 
 For each op chain below, the regions at the tuned shapes (powers of two) are tuned into a
 fresh database; then each held-out shape (the points halfway between, in log2: 1.5x a power
@@ -37,10 +38,25 @@ CHAINS = {
 }
 
 
-def _region(kind: str, dims: tuple, extra: dict, name: str):
-    from arbiter import FusedRegion, RowwiseRegion
+# the same at the sizes a GPU is for
+GPU_CHAINS = {
+    "mm_bias_gelu": (dict(epilogue=("bias", "gelu")), "fused",
+                     [(256, 1024, 1024), (512, 1024, 1024), (1024, 1024, 1024),
+                      (2048, 1024, 1024)],
+                     [(384, 1024, 1024), (768, 1024, 1024), (1536, 1024, 1024)]),
+    "mm_rmsnorm": (dict(epilogue=("bias",), reduction="rmsnorm"), "fused",
+                   [(256, 2048, 512), (512, 2048, 512), (1024, 2048, 512), (2048, 2048, 512)],
+                   [(384, 2048, 512), (768, 2048, 512), (1536, 2048, 512)]),
+    "attn_causal": (dict(causal=True), "attention",
+                    [(2, 8, 256, 64), (2, 8, 512, 64), (2, 8, 1024, 64), (2, 8, 2048, 64)],
+                    [(2, 8, 384, 64), (2, 8, 768, 64), (2, 8, 1536, 64)]),
+}
 
-    cls = FusedRegion if kind == "fused" else RowwiseRegion
+
+def _region(kind: str, dims: tuple, extra: dict, name: str):
+    from arbiter import AttentionRegion, FusedRegion, RowwiseRegion
+
+    cls = {"fused": FusedRegion, "rowwise": RowwiseRegion, "attention": AttentionRegion}[kind]
     return cls(*dims, name=name, **extra)
 
 
@@ -48,8 +64,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--lanes", default="numpy,x86_c")
+    ap.add_argument("--set", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    chains = CHAINS if args.set == "cpu" else GPU_CHAINS
     sys.path.insert(0, str(ROOT / "bench"))
     from noisy_neighbour import quiet_ratio
 
@@ -58,7 +76,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="arbiter-nearest-") as tmp:
         os.environ.setdefault("ARBITER_CACHE_DIR", str(Path(tmp) / "cache"))
-        for chain, (extra, kind, tuned, held) in CHAINS.items():
+        for chain, (extra, kind, tuned, held) in chains.items():
             db = f"sqlite:///{tmp}/{chain}.db"
             arbiter.tune([_region(kind, d, extra, f"{chain}_{'x'.join(map(str, d))}")
                           for d in tuned], db=db, trials=args.trials, lanes=args.lanes)
