@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,6 +94,39 @@ def _region(path: str, index: int, table: object) -> Region:
         raise SpecError(f"{where}: {detail}") from None
 
 
+SIZES = ("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim")
+MAX_POINTS = 64  # regions one table with size ranges may expand into
+
+
+def _expand(path: str, index: int, table: object) -> list[object]:
+    """A table whose sizes are ranges (`M = [1, 8192]`) as one table per chosen point: the
+    powers of two inside each range and its two ends, every combination, named
+    `<name>-M64-N128`. Other tables as they are."""
+    if not isinstance(table, dict):
+        return [table]
+    ranges = {k: v for k, v in table.items() if k in SIZES and isinstance(v, list)}
+    if not ranges:
+        return [table]
+    name = table.get("name")
+    where = f"{path}: region {name!r}" if isinstance(name, str) else f"{path}: region #{index + 1}"
+    points: dict[str, list[int]] = {}
+    for k, v in ranges.items():
+        ok = (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+              and 1 <= v[0] <= v[1])
+        if not ok:
+            raise SpecError(f"{where}: field {k!r}: a range is [low, high], two integers with "
+                            f"1 <= low <= high, got {v!r}")
+        lo, hi = v
+        points[k] = sorted({lo, hi} | {1 << i for i in range(hi.bit_length() + 1)
+                                       if lo <= 1 << i <= hi})
+    combos = [dict(zip(points, c)) for c in itertools.product(*points.values())]
+    if len(combos) > MAX_POINTS:
+        raise SpecError(f"{where}: its ranges make {len(combos)} regions, more than "
+                        f"{MAX_POINTS}: narrow them")
+    return [{**table, **c, "name": f"{name}-" + "-".join(f"{k}{v}" for k, v in c.items())}
+            for c in combos]
+
+
 def parse_table(table: object, where: str = "<request>") -> Region:
     """One region from its spec table (a dict, as TOML or JSON gives it)."""
     return _region(where, 0, table)
@@ -120,7 +154,8 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
         raise SpecError(f"{path}: no [[region]] tables")
     regions: list[Region] = []
     seen: set[str] = set()
-    for i, t in enumerate(tables):
+    expanded = [(i, e) for i, t in enumerate(tables) for e in _expand(path, i, t)]
+    for i, t in expanded:
         r = _region(path, i, t)
         if r.name in seen:
             raise SpecError(f"{path}: region {r.name!r}: field 'name': duplicate name")

@@ -109,3 +109,37 @@ def test_duplicate_names_and_file_level_errors(tmp_path):
         load_spec(tmp_path / "missing.toml")
     with pytest.raises(SpecError, match="no region named 'zz'"):
         load_spec(EXAMPLES).get("zz")
+
+
+def test_a_size_range_expands_into_its_powers_of_two_and_ends():
+    from arbiter.region import parse_spec
+
+    spec = parse_spec('[[region]]\nname = "mm"\nM = [3, 40]\nN = [16, 32]\nK = 8\n'
+                      'epilogue = ["relu"]\n')
+    assert spec.names() == [f"mm-M{m}-N{n}" for m in (3, 4, 8, 16, 32, 40) for n in (16, 32)]
+    assert {(r.M, r.N, r.K) for r in spec} == {(m, n, 8) for m in (3, 4, 8, 16, 32, 40)
+                                               for n in (16, 32)}
+
+
+@pytest.mark.parametrize("value,says", [
+    ("[0, 8]", "a range is [low, high]"),
+    ("[9, 8]", "a range is [low, high]"),
+    ("[1, 2, 3]", "a range is [low, high]"),
+    ('["a", 8]', "a range is [low, high]"),
+    ("[true, 8]", "a range is [low, high]"),
+])
+def test_a_bad_size_range_is_one_line_naming_region_and_field(value, says):
+    from arbiter import SpecError
+    from arbiter.region import parse_spec
+
+    with pytest.raises(SpecError) as e:
+        parse_spec(f'[[region]]\nname = "mm"\nM = {value}\nN = 8\nK = 8\n', "s.toml")
+    assert str(e.value).startswith("s.toml: region 'mm': field 'M'")
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_ranges_that_make_too_many_regions_are_refused():
+    from arbiter.region import parse_spec
+
+    with pytest.raises(SpecError, match="its ranges make 121 regions, more than 64"):
+        parse_spec('[[region]]\nname = "mm"\nM = [1, 1024]\nN = [1, 1024]\nK = 8\n')
