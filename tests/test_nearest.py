@@ -97,5 +97,11 @@ def test_the_service_answers_an_untuned_shape_by_content(tuned):
         status, got = s.call("POST", "/v1/best", json.dumps(
             {"M": 4096, "N": 16, "K": 8, "epilogue": ["bias", "relu"]}).encode())
         assert status == 404 and "nor a shape of its op chain near it" in got["error"]
+        # a bucket's shape is its bucket's region: the tuned winner itself
+        status, got = s.call("POST", "/v1/best", json.dumps(
+            {"M": 5, "N": 16, "K": 8, "epilogue": ["bias", "relu"], "shapes": "bucket"}).encode())
+        assert status == 200 and got["source"] == "winner" and got["region"] == "mm8x16x8"
+        assert (got["lane"], got["config"]) == (rows["mm8x16x8"]["lane"],
+                                                rows["mm8x16x8"]["config"])
     finally:
         s.stop()

@@ -22,8 +22,9 @@ _STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
 _NUM, _OPS = ((int, float), "number"), (list, "list of op names")
 # field -> (accepted types, type name for messages); one table, shared by all kinds
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "name": _STR, "kind": _STR, "reduction": _STR, "prologue": _OPS, "epilogue": _OPS,
-    "residual": _BOOL, "causal": _BOOL, "eps": _NUM, "scale": _NUM, "budget": _NUM,
+    "name": _STR, "kind": _STR, "shapes": _STR, "reduction": _STR, "prologue": _OPS,
+    "epilogue": _OPS, "residual": _BOOL, "causal": _BOOL, "eps": _NUM, "scale": _NUM,
+    "budget": _NUM,
     **dict.fromkeys(("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim"), _INT),
 }
 _KINDS = {  # kind -> (class, required fields, optional fields)
@@ -71,7 +72,7 @@ def _region(path: str, index: int, table: object) -> Region:
             f"{where}: field 'kind': unknown kind {kind!r} (valid: {', '.join(_KINDS)})"
         )
     cls, required, optional = _KINDS[kind]
-    allowed = {"name", "kind", "budget", *required, *optional}
+    allowed = {"name", "kind", "budget", "shapes", *required, *optional}
     for key, value in table.items():
         if key not in allowed:
             raise SpecError(
@@ -86,7 +87,15 @@ def _region(path: str, index: int, table: object) -> Region:
     for key in required:
         if key not in table:
             raise SpecError(f"{where}: field {key!r}: required for a {kind} region")
-    args = {k: v for k, v in table.items() if k not in ("kind",)}
+    args = {k: v for k, v in table.items() if k not in ("kind", "shapes")}
+    policy = table.get("shapes", "static")
+    if policy not in ("static", "bucket"):
+        raise SpecError(f"{where}: field 'shapes': 'static' (default) or 'bucket', got "
+                        f"{policy!r}")
+    if policy == "bucket":  # tuned and answered at the bucket's top: the next power of two
+        for f in BUCKETED[kind]:
+            if isinstance(args.get(f), int) and args[f] > 0:
+                args[f] = 1 << (args[f] - 1).bit_length()
     try:
         return cls(**args)
     except RegionError as e:
@@ -95,6 +104,8 @@ def _region(path: str, index: int, table: object) -> Region:
 
 
 SIZES = ("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim")
+# the sizes a running model changes (tokens, batch, sequence): `shapes = "bucket"` rounds these
+BUCKETED = {"fused": ("M",), "rowwise": ("M",), "attention": ("batch", "seq_q", "seq_k")}
 MAX_POINTS = 64  # regions one table with size ranges may expand into
 
 

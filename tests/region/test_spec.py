@@ -143,3 +143,17 @@ def test_ranges_that_make_too_many_regions_are_refused():
 
     with pytest.raises(SpecError, match="its ranges make 121 regions, more than 64"):
         parse_spec('[[region]]\nname = "mm"\nM = [1, 1024]\nN = [1, 1024]\nK = 8\n')
+
+
+def test_a_bucket_region_is_its_buckets_top_in_the_sizes_a_model_changes():
+    spec = parse_spec('[[region]]\nname = "mm"\nM = 300\nN = 100\nK = 24\nshapes = "bucket"\n'
+                      '[[region]]\nname = "att"\nkind = "attention"\nbatch = 3\nheads = 6\n'
+                      'seq_q = 1\nseq_k = 3000\nhead_dim = 80\nshapes = "bucket"\n')
+    mm, att = spec
+    assert (mm.M, mm.N, mm.K) == (512, 100, 24)  # N and K are the model's: kept
+    assert (att.batch, att.heads, att.seq_q, att.seq_k, att.head_dim) == (4, 6, 1, 4096, 80)
+    # any shape of the bucket is the same region: one tuning answers them all
+    same = parse_spec('[[region]]\nname = "x"\nM = 257\nN = 100\nK = 24\nshapes = "bucket"\n')
+    assert same.get("x").key == mm.key
+    with pytest.raises(SpecError, match="field 'shapes': 'static' \\(default\\) or 'bucket'"):
+        parse_spec('[[region]]\nname = "mm"\nM = 3\nN = 1\nK = 1\nshapes = "dynamic"\n')
