@@ -48,6 +48,8 @@ CONFORMANCE_REGIONS: tuple[Region, ...] = (
     AttentionRegion(1, 2, 70, 32, name="attn_causal_kv_short", seq_k=20, causal=True,
                     scale=0.3),
     AttentionRegion(1, 1, 33, 128, name="attn_causal_kv_long", seq_k=97, causal=True),
+    AttentionRegion(1, 2, 70, 32, name="attn_top_left_kv_short", seq_k=20, causal="top_left"),
+    AttentionRegion(1, 1, 33, 64, name="attn_top_left_kv_long", seq_k=97, causal="top_left"),
 )
 
 

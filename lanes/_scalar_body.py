@@ -169,13 +169,15 @@ def defines(items: Sequence[tuple[str, object, str]]) -> str:
 
 def attention_defines(region: AttentionRegion) -> dict[str, object]:
     """The region's shape as both scalar attention kernels read it: BH (batch x heads) rows of
-    SQ queries against SK keys, head_dim D, CAUSAL (bottom-right aligned) and SCALE."""
+    SQ queries against SK keys, head_dim D, CAUSAL with its alignment OFF (key j visible to
+    query i iff j <= i + OFF) and SCALE."""
     return {
         "BH": region.batch * region.heads,
         "SQ": region.seq_q,
         "SK": region.seq_k,
         "D": region.head_dim,
-        "CAUSAL": int(region.causal),
+        "CAUSAL": int(region.causal_offset is not None),
+        "OFF": region.causal_offset or 0,
         "SCALE": f"{float(region.scale)!r}f",
     }
 
@@ -197,16 +199,16 @@ def prologue_function(ops: Sequence[Pointwise], qualifiers: str = "static inline
 def visible_keys(int_type: str, qualifiers: str = "static inline") -> str:
     """C function `visible_keys(i)`: how many keys (a prefix 0..SK) query row i attends to.
 
-    Causal masking is bottom-right aligned (key j visible to query i iff j <= i + SK - SQ), so a
-    row sees a prefix of the keys and may see none. `int_type` is the lane's 64-bit index type
-    (`long` on x86-64 Linux, `long long` in HIP); `qualifiers` make it a device function on GPU.
-    Reads the SQ, SK and CAUSAL defines of `attention_defines`.
+    Causal masking shows key j to query i iff j <= i + OFF (bottom-right: SK - SQ; top-left:
+    0), so a row sees a prefix of the keys and may see none. `int_type` is the lane's 64-bit
+    index type (`long` on x86-64 Linux, `long long` in HIP); `qualifiers` make it a device
+    function on GPU. Reads the SK, CAUSAL and OFF defines of `attention_defines`.
     """
     t = int_type
     return (
         f"\n{qualifiers} {t} visible_keys({t} i)\n{{\n"
         "    if (!CAUSAL) return SK;\n"
-        f"    const {t} last = i + (SK - SQ); /* last visible key; < 0: none */\n"
+        f"    const {t} last = i + (OFF); /* last visible key; < 0: none */\n"
         "    return last < 0 ? 0 : (last + 1 < SK ? last + 1 : SK);\n}\n"
     )
 

@@ -113,7 +113,7 @@ def _chain(
 def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     i = np.arange(region.seq_q)[:, None]
     j = np.arange(region.seq_k)[None, :]
-    visible = j <= i + (region.seq_k - region.seq_q) if region.causal else None
+    visible = j <= i + region.causal_offset if region.causal_offset is not None else None
     out = np.empty(q.shape, np.float64)
     # one (batch, head) at a time through BLAS: the full score tensor of a large region would
     # not fit in memory, and einsum would not use BLAS

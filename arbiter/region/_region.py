@@ -223,7 +223,7 @@ class AttentionRegion(_Keyed):
     seq_q: int
     head_dim: int
     seq_k: int = 0  # 0 means "same as seq_q"
-    causal: bool = False
+    causal: bool | str = False  # True (= "bottom_right"), False or "top_left"
     scale: float = 0.0  # 0 means 1/sqrt(head_dim)
     name: str = field(default="", compare=False)
     budget: float | None = field(default=None, compare=False)
@@ -237,8 +237,12 @@ class AttentionRegion(_Keyed):
             object.__setattr__(self, "seq_k", self.seq_q)
         for d in ("batch", "heads", "seq_q", "seq_k", "head_dim"):
             _positive_int(r, d, getattr(self, d))
-        if not isinstance(self.causal, bool):
-            raise RegionError(f"{r}: causal must be true or false, got {self.causal!r}")
+        # true keeps its meaning (bottom-right, FlashAttention's), and its regions' keys
+        if self.causal == "bottom_right":
+            object.__setattr__(self, "causal", True)
+        if not (isinstance(self.causal, bool) or self.causal == "top_left"):
+            raise RegionError(f"{r}: causal must be true, false, \"bottom_right\" (as true) or "
+                              f"\"top_left\", got {self.causal!r}")
         scale = self.scale
         if scale in (0, None):
             scale = 1.0 / math.sqrt(self.head_dim)
@@ -247,8 +251,17 @@ class AttentionRegion(_Keyed):
         object.__setattr__(self, "scale", float(scale))
         object.__setattr__(self, "budget", _check_budget(r, self.budget))
 
+    @property
+    def causal_offset(self) -> int | None:
+        """Key j is visible to query i iff j <= i + this (None: not causal). Bottom-right
+        (FlashAttention-2, and `causal = true`): seq_k - seq_q, the last query sees every key.
+        Top-left (PyTorch's `is_causal`, the seed's): 0, query i sees keys 0..i."""
+        if self.causal is False:
+            return None
+        return 0 if self.causal == "top_left" else self.seq_k - self.seq_q
+
     def describe(self) -> str:
-        c = "+causal" if self.causal else ""
+        c = {False: "", True: "+causal", "top_left": "+causal_top_left"}[self.causal]
         return f"attn{self.batch}x{self.heads}x{self.seq_q}x{self.seq_k}x{self.head_dim}{c}"
 
 

@@ -20,10 +20,11 @@ __all__ = ["Spec", "load_spec", "parse_spec", "parse_table", "region_table"]
 
 _STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
 _NUM, _OPS = ((int, float), "number"), (list, "list of op names")
+_CAUSAL = ((bool, str), "true, false, \"top_left\" or \"bottom_right\"")
 # field -> (accepted types, type name for messages); one table, shared by all kinds
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": _STR, "kind": _STR, "shapes": _STR, "reduction": _STR, "prologue": _OPS,
-    "epilogue": _OPS, "residual": _BOOL, "causal": _BOOL, "eps": _NUM, "scale": _NUM,
+    "epilogue": _OPS, "residual": _BOOL, "causal": _CAUSAL, "eps": _NUM, "scale": _NUM,
     "budget": _NUM,
     **dict.fromkeys(("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim"), _INT),
 }
@@ -80,7 +81,8 @@ def _region(path: str, index: int, table: object) -> Region:
                 f"(valid: {', '.join(sorted(allowed))})"
             )
         types, tname = _TYPES[key]
-        if isinstance(value, bool) and types is not bool:
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple)
+                                                    else (types,)):
             raise SpecError(f"{where}: field {key!r}: expected {tname}, got boolean")
         if not isinstance(value, types):
             raise SpecError(f"{where}: field {key!r}: expected {tname}, got {type(value).__name__}")

@@ -31,7 +31,7 @@
  *    wants B column-major per lane (16 contiguous k per lane), so V is stored transposed
  *    (V^T[d][key]) when it is converted into LDS.
  *
- * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_SCALE_LOG2
+ * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_OFF FA2_SCALE_LOG2
  * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_PREPASS FA2_SMEM_BYTES, and FA2_BF16 (with
  * ARB_FRAG_BF16) for bf16 operands; emit.py also writes the runner's size table
  * (ARB_N_INPUTS, arb_input_elems, arb_output_elems).
@@ -41,7 +41,8 @@
 #define FA2_THREADS (FA2_WARPS * 32)
 #define FA2_NT (FA2_BK / 16)              /* 16-key tiles per K/V tile */
 #define FA2_DT (FA2_D / 16)               /* 16-wide head_dim tiles */
-#define FA2_OFF (FA2_SK - FA2_SQ)         /* causal: key j visible to query i iff j <= i + OFF */
+/* FA2_OFF (from emit.py): causal key j is visible to query i iff j <= i + FA2_OFF:
+ * FA2_SK - FA2_SQ bottom-right (FlashAttention's), 0 top-left (PyTorch's is_causal) */
 #define FA2_LDK (FA2_D + 8)               /* LDS row stride in halves: +16 B spreads banks */
 #define FA2_LOADS (FA2_BK * FA2_D / 4 / FA2_THREADS) /* float4 loads per thread per K or V tile */
 

@@ -51,10 +51,11 @@ def _reduce(x: np.ndarray, reduction: Reduction, eps: float) -> np.ndarray:
 
 def _attention(region: AttentionRegion, q, k, v) -> np.ndarray:
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * _F(region.scale)
-    if region.causal:
+    off = region.causal_offset
+    if off is not None:
         i = np.arange(region.seq_q)[:, None]
         j = np.arange(region.seq_k)[None, :]
-        s = np.where(j <= i + (region.seq_k - region.seq_q), s, -np.inf).astype(_F)
+        s = np.where(j <= i + off, s, -np.inf).astype(_F)
     m = s.max(axis=-1, keepdims=True)
     dead = ~np.isfinite(m)
     p = np.exp(s - np.where(dead, _F(0), m))

@@ -105,14 +105,14 @@ def _attention(region: AttentionRegion, q: Any, k: Any, v: Any) -> Any:
     torch = _torch()
     f = torch.nn.functional
     sdpa = f.scaled_dot_product_attention
-    if not region.causal:
+    if region.causal_offset is None:
         return sdpa(q, k, v, scale=region.scale)
-    if region.seq_q == region.seq_k:
+    if region.causal_offset == 0:  # top-left: what SDPA's is_causal means
         return sdpa(q, k, v, is_causal=True, scale=region.scale)
-    # Bottom-right aligned mask (SDPA's is_causal is top-left); rows that see no key -> 0.
+    # Bottom-right aligned mask; rows that see no key -> 0.
     i = torch.arange(region.seq_q, device=q.device)[:, None]
     j = torch.arange(region.seq_k, device=q.device)[None, :]
-    mask = j <= i + (region.seq_k - region.seq_q)
+    mask = j <= i + region.causal_offset
     return torch.nan_to_num(sdpa(q, k, v, attn_mask=mask, scale=region.scale), nan=0.0)
 
 

@@ -213,3 +213,41 @@ def test_a_candidate_after_a_good_one_on_the_same_seeds_is_caught_leaving_its_ou
         assert verdict.status is status, log
         if status is Status.UNTOUCHED:
             assert "elements unwritten" in log
+
+
+@pytest.mark.parametrize("sq,sk", [(3, 5), (5, 3), (4, 4)])
+def test_causal_alignment_top_left_and_bottom_right(sq, sk):
+    """top_left (PyTorch's is_causal): key j visible to query i iff j <= i; bottom_right
+    (FlashAttention's, and `causal = true`): iff j <= i + sk - sq."""
+    from arbiter import AttentionRegion
+    from arbiter.check import reference
+
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal((1, 1, n, 8)).astype(np.float32) for n in (sq, sk, sk))
+
+    def by_hand(off):  # (in float64, from the float32 inputs as stored)
+        s = (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64)) / np.sqrt(8)
+        out = np.zeros((sq, 8))
+        for i in range(sq):
+            seen = [j for j in range(sk) if j <= i + off]
+            if seen:
+                w = np.exp(s[i, seen] - s[i, seen].max())
+                out[i] = (w / w.sum()) @ v[0, 0][seen].astype(np.float64)
+        return out
+
+    arrays = {"q": q, "k": k, "v": v}
+    for causal, off in (("top_left", 0), ("bottom_right", sk - sq), (True, sk - sq)):
+        region = AttentionRegion(1, 1, sq, 8, seq_k=sk, causal=causal)
+        got = reference(region, arrays)[0, 0]
+        assert np.allclose(got, by_hand(off), rtol=1e-12, atol=1e-12), causal
+    assert AttentionRegion(1, 1, sq, 8, seq_k=sk, causal="bottom_right").key == \
+        AttentionRegion(1, 1, sq, 8, seq_k=sk, causal=True).key  # today's keys kept
+    assert AttentionRegion(1, 1, sq, 8, seq_k=sk, causal="top_left").key != \
+        AttentionRegion(1, 1, sq, 8, seq_k=sk, causal=True).key
+
+
+def test_an_unknown_causal_alignment_is_refused():
+    from arbiter import AttentionRegion, RegionError
+
+    with pytest.raises(RegionError, match='"top_left", got \'left\''):
+        AttentionRegion(1, 1, 4, 8, causal="left")

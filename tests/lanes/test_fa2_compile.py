@@ -32,6 +32,8 @@ def _rocm_variants():
     out = [(_region(128), c) for c in space_for(_region(128), Platform.ROCM).configs()]
     for d in (32, 64):
         sp = space_for(_region(d), Platform.ROCM)
+        top_left = AttentionRegion(2, 3, 100, d, seq_k=77, causal="top_left", scale=0.2)
+        out += [(top_left, sp.default)]  # the other alignment's masking paths
         out += [(_region(d), sp.default),
                 (_region(d), sp.complete({**sp.default.as_dict(), "precision": "bf16"})),
                 (_region(d), sp.complete({**sp.default.as_dict(), "staging": "prepass",

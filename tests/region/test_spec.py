@@ -157,3 +157,15 @@ def test_a_bucket_region_is_its_buckets_top_in_the_sizes_a_model_changes():
     assert same.get("x").key == mm.key
     with pytest.raises(SpecError, match="field 'shapes': 'static' \\(default\\) or 'bucket'"):
         parse_spec('[[region]]\nname = "mm"\nM = 3\nN = 1\nK = 1\nshapes = "dynamic"\n')
+
+
+def test_causal_alignment_is_spelled_in_the_spec():
+    spec = parse_spec('[[region]]\nname = "a"\nkind = "attention"\nbatch = 1\nheads = 1\n'
+                      'seq_q = 4\nseq_k = 9\nhead_dim = 8\ncausal = "top_left"\n'
+                      '[[region]]\nname = "b"\nkind = "attention"\nbatch = 1\nheads = 1\n'
+                      'seq_q = 4\nseq_k = 9\nhead_dim = 8\ncausal = "bottom_right"\n')
+    assert spec.get("a").causal_offset == 0 and spec.get("b").causal_offset == 5
+    assert spec.get("b").causal is True  # the same region as `causal = true`
+    with pytest.raises(SpecError, match="region 'c': causal must be true, false"):
+        parse_spec('[[region]]\nname = "c"\nkind = "attention"\nbatch = 1\nheads = 1\n'
+                   'seq_q = 4\nhead_dim = 8\ncausal = "diagonal"\n')
