@@ -19,7 +19,7 @@ from .._gpu.abi import REBUILD, runner_table
 __all__ = ["HEAD_DIMS", "LANE", "STAGINGS", "emit", "smem_bytes"]
 
 LANE = "fa2"
-HEAD_DIMS = (32, 64, 128)
+HEAD_DIMS = tuple(range(16, 257, 16))  # any multiple of 16 to 256: the kernel's 16-wide tiles
 STAGINGS = ("inline", "prepass")
 _KERNEL = Path(__file__).with_name("fa2_kernel.hip")
 
@@ -42,7 +42,8 @@ def _check(region: Region, config: Config) -> AttentionRegion:
     if not isinstance(region, AttentionRegion):
         raise EmitError(f"{LANE}: only attention regions, got {region.kind}")
     if region.head_dim not in HEAD_DIMS:
-        raise EmitError(f"{LANE}: head_dim {region.head_dim} not in {HEAD_DIMS}")
+        raise EmitError(f"{LANE}: head_dim {region.head_dim} is not a multiple of 16 in "
+                        "16..256")
     if int(config["block_q"]) != 16 * int(config["warps"]):
         raise EmitError(f"{LANE}: block_q must be 16 * warps (each warp owns 16 query rows)")
     if config["precision"] not in ("f16", "bf16"):

@@ -41,9 +41,12 @@ def space_for(region: Region, platform: Platform) -> Space:
     """The fa2 space for `region` on `platform` (only the shared-memory limit differs)."""
     limit = SMEM_LIMIT[platform]
     d = region.head_dim if isinstance(region, AttentionRegion) else 64
-    # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227); 4 x 32 fits gfx11's 64 KiB
-    warps, block_k = (4, 64) if d <= 64 else (8, 64) if platform is Platform.CUDA else (4, 32)
-    staging = "inline"
+    # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227), 32 keys above (a K or V
+    # tile held in registers); 4 x 32 fits gfx11's 64 KiB
+    cuda = platform is Platform.CUDA
+    warps, block_k = ((4, 64) if d <= 64 else (8, 64) if cuda and d <= 128 else (8, 32) if cuda
+                      else (4, 32))
+    staging = "inline" if d <= 128 else "prepass"
     if platform is Platform.CUDA and _pairs(region) >= LARGE_PAIRS:
         # measured on the H200 (BENCHMARKS.md): prepass, 4 warps x 64 keys, 2 stages is the
         # fastest or within 1.1% of it at d64 and d128, causal or not (b4 h16 s4096)
@@ -71,6 +74,9 @@ def space_for(region: Region, platform: Platform) -> Space:
              "float4 per thread (more spills next to the O accumulator)",
              lambda v: v["staging"] != "inline"
              or v["block_k"] * d // 4 // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
+        Rule("inline staging above head_dim 128 spills (ptxas, nvcc 13: the O accumulator "
+             "and a register-held K or V tile do not fit together)",
+             lambda v: v["staging"] != "inline" or d <= 128),
         Rule(f"prepass staging: at most {MAX_COPIES} 16-byte async copies per thread per K or "
              "V tile (their addresses spill at 16: ptxas, nvcc 13)",
              lambda v: v["staging"] != "prepass"
@@ -88,7 +94,12 @@ class FA2Lane(GpuLane):
         if not isinstance(region, AttentionRegion):
             return "fa2 computes attention regions only"
         if region.head_dim not in HEAD_DIMS:
-            return f"head_dim {region.head_dim} not supported (fa2 has kernels for {HEAD_DIMS})"
+            return (f"head_dim {region.head_dim} not supported (fa2: a multiple of 16 in "
+                    "16..256)")
+        space = self.space(region)
+        problem = space.violation(space.default)
+        if problem is not None:  # (gfx11's 64 KiB of LDS holds no tiling above d128)
+            return f"head_dim {region.head_dim} on {self.platform.value}: {problem}"
         return None
 
     def space(self, region: Region) -> Space:

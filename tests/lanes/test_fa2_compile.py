@@ -30,6 +30,8 @@ def _region(d: int) -> AttentionRegion:
 def _rocm_variants():
     """Every gfx11 config at head_dim 128 (the tightest), defaults and bf16 at 32 and 64."""
     out = [(_region(128), c) for c in space_for(_region(128), Platform.ROCM).configs()]
+    for d in (80, 96):  # odd and even 16-wide tile counts beside the powers of two
+        out.append((_region(d), space_for(_region(d), Platform.ROCM).default))
     for d in (32, 64):
         sp = space_for(_region(d), Platform.ROCM)
         top_left = AttentionRegion(2, 3, 100, d, seq_k=77, causal="top_left", scale=0.2)
@@ -44,12 +46,14 @@ def _rocm_variants():
 def _cuda_variants():
     """Defaults in f16 and bf16, and the prepass staging (2 and 3 stages), at every head_dim."""
     out = []
-    for d in (32, 64, 128):
+    for d in (32, 64, 80, 96, 128, 256):
         sp = space_for(_region(d), Platform.CUDA)
         base = sp.default.as_dict()
         for over in ({}, {"precision": "bf16"}, {"staging": "prepass", "stages": 2},
                      {"staging": "prepass", "stages": 3, "precision": "bf16"}):
             config = sp.complete({**base, **over})
+            if sp.violation(config) is not None and d > 128:
+                continue  # (prepass only there: the default is one)
             assert sp.violation(config) is None, (d, config, sp.violation(config))
             out.append((_region(d), config))
     return out
