@@ -160,8 +160,11 @@ def test_waiting_for_a_busy_machine_does_not_count_against_the_candidates_timeou
 
     if not os.path.exists("/proc/stat"):
         pytest.skip("the load is read from Linux's /proc")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    spin = "import sys; sys.stdout.write('x'); sys.stdout.flush()\nwhile True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
             for _ in os.sched_getaffinity(0)]
+    for p in busy:  # each is spinning before the timing starts (a slow start-up under load)
+        assert p.stdout is not None and p.stdout.read(1) == b"x"
     try:
         with Worker(timeout=1.5) as w:
             _check(w, "numpy")  # the worker's start-up, outside the timed request
