@@ -20,13 +20,14 @@ __all__ = ["Spec", "load_spec", "parse_spec", "parse_table", "region_table"]
 
 _STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
 _NUM, _OPS = ((int, float), "number"), (list, "list of op names")
+SIZES = ("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim")
 _CAUSAL = ((bool, str), "true, false, \"top_left\" or \"bottom_right\"")
 # field -> (accepted types, type name for messages); one table, shared by all kinds
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": _STR, "kind": _STR, "shapes": _STR, "reduction": _STR, "prologue": _OPS,
     "epilogue": _OPS, "residual": _BOOL, "causal": _CAUSAL, "eps": _NUM, "scale": _NUM,
     "budget": _NUM,
-    **dict.fromkeys(("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim"), _INT),
+    **dict.fromkeys(SIZES, _INT),
 }
 _KINDS = {  # kind -> (class, required fields, optional fields)
     "fused": (FusedRegion, ("M", "N", "K"),
@@ -105,7 +106,6 @@ def _region(path: str, index: int, table: object) -> Region:
         raise SpecError(f"{where}: {detail}") from None
 
 
-SIZES = ("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim")
 # the sizes a running model changes (tokens, batch, sequence): `shapes = "bucket"` rounds these
 BUCKETED = {"fused": ("M",), "rowwise": ("M",), "attention": ("batch", "seq_q", "seq_k")}
 MAX_POINTS = 64  # regions one table with size ranges may expand into
