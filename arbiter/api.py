@@ -12,9 +12,18 @@ import numpy as np
 
 from ._errors import ArbiterError, LaneError
 from .check import budget_of, checked_budget, fresh_seeds
-from .lane import Config, Lane, Status, all_lanes, get_lane, lane_names, validate_inputs
+from .lane import (
+    Config,
+    Lane,
+    Status,
+    all_lanes,
+    get_lane,
+    lane_names,
+    refusal,
+    validate_inputs,
+)
 from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
-from .region import Region, Spec, is_real, load_spec, output_shape
+from .region import Region, Spec, is_real, load_spec, numpy_dtype, output_shape
 from .settings import settings
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TRIALS", "TuneSettings", "answer", "best", "empty_row",
@@ -191,7 +200,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     fp = fingerprint()
     work = []
     for region in todo:
-        region_lanes = [ln for ln in chosen if ln.applies_to(region) is None]
+        region_lanes = [ln for ln in chosen if refusal(ln, region) is None]
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
         p = plan(region, region_lanes, records.results(region_id, env_id), how.trials)
         work.append((region, region_id, env_id, lane_ids, p))
@@ -315,7 +324,7 @@ def nearest(records: Any, region: Region, env_id: int, budget: float, fingerprin
             continue
         try:
             lane = get_lane(row["lane"])
-            if not lane.available() or lane.applies_to(region) is not None:
+            if not lane.available() or refusal(lane, region) is not None:
                 continue
             config = parse_config(lane, region, row["config"])
         except ArbiterError:  # not a config at this shape
@@ -391,7 +400,7 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                     lane = get_lane(r.lane)
                 except LaneError:
                     continue
-                if (not lane.available() or lane.applies_to(region) is not None
+                if (not lane.available() or refusal(lane, region) is not None
                         or lane.space(region).violation(r.config) is not None):
                     continue  # not a candidate here (more threads than this process's CPUs)
                 if tries == VERIFY_TRIES:
@@ -465,7 +474,7 @@ def run(region: Region, *, lane: str | None = None,
     av = ln.available()
     if not av:
         raise LaneError(f"lane {lane!r} is not available here: {av.reason}")
-    why = ln.applies_to(region)
+    why = refusal(ln, region)
     if why is not None:
         raise LaneError(f"lane {lane!r} does not apply to {region.label}: {why}")
     cfg = parse_config(ln, region, config or {})
@@ -476,7 +485,7 @@ def run(region: Region, *, lane: str | None = None,
                            f"{built.status.value}: {built.log.strip().splitlines()[0]}")
     runner = ln.runner(built, region)
     try:
-        out = np.empty(output_shape(region), np.float32)
+        out = np.empty(output_shape(region), numpy_dtype(region.dtype))
         runner.run(inputs, out)
     finally:
         runner.close()

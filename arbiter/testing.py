@@ -20,9 +20,17 @@ import pytest
 
 from ._errors import InputError
 from .check import budget_of, poison, random_inputs, verify
-from .lane import Artifact, Config, Lane, Platform, Runner, Status, get_lane
+from .lane import Artifact, Config, Lane, Platform, Runner, Status, get_lane, refusal
 from .measure import Measurement, build_candidate
-from .region import AttentionRegion, FusedRegion, Region, RowwiseRegion, input_shapes, output_shape
+from .region import (
+    AttentionRegion,
+    FusedRegion,
+    Region,
+    RowwiseRegion,
+    input_shapes,
+    numpy_dtype,
+    output_shape,
+)
 from .region import Epilogue as E
 from .region import Pointwise as P
 from .region import Reduction as R
@@ -50,6 +58,26 @@ CONFORMANCE_REGIONS: tuple[Region, ...] = (
     AttentionRegion(1, 1, 33, 128, name="attn_causal_kv_long", seq_k=97, causal=True),
     AttentionRegion(1, 2, 70, 32, name="attn_top_left_kv_short", seq_k=20, causal="top_left"),
     AttentionRegion(1, 1, 33, 64, name="attn_top_left_kv_long", seq_k=97, causal="top_left"),
+    # 16-bit storage (inputs and output), every kind, odd shapes
+    FusedRegion(33, 65, 31, name="f16_odd_gelu_residual", epilogue=(E.BIAS, E.GELU),
+                residual=True, dtype="f16"),
+    FusedRegion(33, 65, 31, name="bf16_odd_gelu_residual", epilogue=(E.BIAS, E.GELU),
+                residual=True, dtype="bf16"),
+    FusedRegion(3, 300, 257, name="bf16_skinny_bias_silu", epilogue=(E.BIAS, E.SILU),
+                dtype="bf16"),
+    FusedRegion(17, 129, 24, name="bf16_bias_softmax", epilogue=(E.BIAS,),
+                reduction=R.SOFTMAX, dtype="bf16"),
+    RowwiseRegion(37, 301, name="f16_row_bias_silu_residual", epilogue=(E.BIAS, E.SILU),
+                  residual=True, dtype="f16"),
+    RowwiseRegion(8, 4099, name="bf16_row_bias_rmsnorm", epilogue=(E.BIAS,),
+                  reduction=R.RMSNORM, dtype="bf16"),
+    AttentionRegion(1, 2, 37, 64, name="f16_attn_odd", seq_k=53, dtype="f16"),
+    AttentionRegion(1, 2, 37, 64, name="bf16_attn_odd", seq_k=53, dtype="bf16"),
+    AttentionRegion(1, 1, 33, 128, name="bf16_attn_causal_kv_long", seq_k=97, causal=True,
+                    dtype="bf16"),
+    AttentionRegion(1, 2, 70, 32, name="f16_attn_top_left_kv_short", seq_k=20,
+                    causal="top_left", dtype="f16"),
+    AttentionRegion(2, 3, 1, 128, name="bf16_decode", seq_k=1000, dtype="bf16"),
 )
 
 
@@ -73,7 +101,7 @@ class LaneConformance:
         return lane
 
     def _claimed(self, lane: Lane, region: Region) -> None:
-        why = lane.applies_to(region)
+        why = refusal(lane, region)
         if why is not None:
             pytest.skip(f"{self.lane_name} does not apply to {region.name}: {why}")
 
@@ -94,7 +122,7 @@ class LaneConformance:
         assert isinstance(lane.version, str) and lane.version
 
     def test_claims_something(self, lane: Lane) -> None:
-        assert any(lane.applies_to(r) is None for r in CONFORMANCE_REGIONS), (
+        assert any(refusal(lane, r) is None for r in CONFORMANCE_REGIONS), (
             f"{lane.name} applies to none of the conformance regions")
 
     @pytest.mark.parametrize("region", CONFORMANCE_REGIONS, ids=_ids(CONFORMANCE_REGIONS))
@@ -133,21 +161,25 @@ class LaneConformance:
         runner = lane.runner(self._built(lane, region, lane.space(region).default), region)
         try:
             for bad in _bad_inputs(region):
-                out = np.empty(output_shape(region), np.float32)
+                out = np.empty(output_shape(region), numpy_dtype(region.dtype))
                 poison(out)
                 with pytest.raises(InputError):
                     runner.run(bad, out)
             good = random_inputs(region, 1)
-            wrong_out = np.empty(tuple(d + 1 for d in output_shape(region)), np.float32)
+            wrong_out = np.empty(tuple(d + 1 for d in output_shape(region)),
+                                 numpy_dtype(region.dtype))
             with pytest.raises(InputError):
                 runner.run(good, wrong_out)
+            other = "f32" if region.dtype != "f32" else "bf16"
+            with pytest.raises(InputError):  # the right shape in another storage dtype
+                runner.run(good, np.empty(output_shape(region), numpy_dtype(other)))
             with pytest.raises(InputError):
                 runner.time([_bad_inputs(region)[0]], warmup=0, repeats=1)
         finally:
             runner.close()
 
     def test_time_returns_positive_samples(self, lane: Lane) -> None:
-        region = next((r for r in CONFORMANCE_REGIONS if lane.applies_to(r) is None), None)
+        region = next((r for r in CONFORMANCE_REGIONS if refusal(lane, r) is None), None)
         assert region is not None
         runner: Runner = lane.runner(self._built(lane, region, lane.space(region).default), region)
         try:
@@ -159,7 +191,7 @@ class LaneConformance:
             runner.close()
 
     def test_emit_names_region_and_config(self, lane: Lane) -> None:
-        region = next(r for r in CONFORMANCE_REGIONS if lane.applies_to(r) is None)
+        region = next(r for r in CONFORMANCE_REGIONS if refusal(lane, r) is None)
         config = lane.space(region).default
         source = lane.emit(region, config)
         assert source.lane == lane.name and source.region_key == region.key
@@ -175,8 +207,10 @@ def _bad_inputs(region: Region) -> list[dict[str, np.ndarray]]:
     cases: list[dict[str, np.ndarray]] = []
     first = names[1] if isinstance(region, FusedRegion) else names[0]  # B rows != K for matmuls
     shape = good[first].shape
-    cases.append({**good, first: np.ones((shape[0] + 1,) + shape[1:], np.float32)})
+    cases.append({**good, first: np.ones((shape[0] + 1,) + shape[1:], good[first].dtype)})
     cases.append({**good, names[0]: good[names[0]].astype(np.float64)})
+    if region.dtype != "f32":  # 16-bit storage handed float32 arrays
+        cases.append({**good, names[0]: good[names[0]].astype(np.float32)})
     for optional in ("bias", "residual"):
         if optional in good:
             cases.append({k: v for k, v in good.items() if k != optional})

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..lane import Runner, Status
-from ..region import Region, input_shapes, output_shape
+from ..region import Region, input_shapes, numpy_dtype, output_shape
 from ._compare import Verdict, compare, frobenius, poison
 from ._oracle import reference
 
@@ -18,15 +18,16 @@ __all__ = ["Case", "cases", "fresh_seeds", "random_inputs", "verify"]
 
 
 def random_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
-    """Standard-normal float32 inputs; B is scaled by 1/sqrt(K) so the product has unit variance
-    and activations and reductions see values in their interesting range."""
+    """Standard-normal inputs in the region's storage dtype (drawn in float32, then rounded);
+    B is scaled by 1/sqrt(K) so the product has unit variance and activations and reductions
+    see values in their interesting range."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for name, shape in input_shapes(region).items():
         a = rng.standard_normal(shape, dtype=np.float32)
         if name == "B":
             a *= np.float32(1.0 / np.sqrt(shape[0]))
-        arrays[name] = a
+        arrays[name] = a.astype(numpy_dtype(region.dtype), copy=False)
     return arrays
 
 
@@ -85,7 +86,7 @@ def verify(runner: Runner, region: Region, budget: float,
     worst: Verdict | None = None
     log = []
     for case in cases(region, seeds):
-        out = np.empty(output_shape(region), np.float32)
+        out = np.empty(output_shape(region), numpy_dtype(region.dtype))
         poison(out)
         runner.run(case.inputs, out)
         v = compare(out, case.reference, budget, case.norm)

@@ -9,14 +9,22 @@ import numpy as np
 
 from .._errors import ArbiterError, InputError
 from ..lane import Status
-from ..region import DEFAULT_BUDGET, Region, is_real
+from ..region import Region, is_real
 
-__all__ = ["POISON_BITS", "Verdict", "budget_of", "checked_budget", "compare", "frobenius",
-           "poison", "untouched_count"]
+__all__ = ["POISON_BITS", "POISON_BITS_16", "Verdict", "budget_of", "checked_budget", "compare",
+           "frobenius", "poison", "untouched_count"]
 
-# A quiet-NaN bit pattern no arithmetic produces by accident: a runner that leaves an output
-# element unwritten is caught by this exact pattern, told apart from a NaN it computed.
+# NaN bit patterns no arithmetic produces by accident (computed NaNs are the canonical
+# 0x7FC00000 / 0x7E00 / 0x7FC0): a runner that leaves an output element unwritten is caught by
+# its storage type's exact pattern, told apart from a NaN it computed.
 POISON_BITS = np.uint32(0x7FC0DEAD)
+POISON_BITS_16 = {"f16": np.uint16(0x7EAD), "bf16": np.uint16(0x7FED)}
+
+
+def _poison_bits(out: np.ndarray) -> tuple[np.dtype, np.unsignedinteger]:
+    if out.dtype.itemsize == 4:
+        return np.dtype(np.uint32), POISON_BITS
+    return np.dtype(np.uint16), POISON_BITS_16["f16" if out.dtype == np.float16 else "bf16"]
 
 # Elements per pass: the float64 temporaries stay in cache, and a large output needs no
 # full-size difference array.
@@ -24,11 +32,14 @@ CHUNK = 1 << 16
 
 
 def poison(out: np.ndarray) -> None:
-    out.view(np.uint32)[...] = POISON_BITS
+    """Fill `out` (float32, float16 or bfloat16) with its type's poison pattern."""
+    view, bits = _poison_bits(out)
+    out.view(view)[...] = bits
 
 
 def untouched_count(out: np.ndarray) -> int:
-    return int(np.count_nonzero(out.view(np.uint32) == POISON_BITS))
+    view, bits = _poison_bits(out)
+    return int(np.count_nonzero(out.view(view) == bits))
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,7 @@ def checked_budget(budget: object) -> float:
 def budget_of(region: Region, override: float | None = None) -> float:
     if override is not None:
         return checked_budget(override)
-    return region.budget if region.budget is not None else DEFAULT_BUDGET
+    return region.budget if region.budget is not None else region.default_budget
 
 
 def frobenius(a: np.ndarray) -> float:
@@ -80,7 +91,7 @@ def compare(out: np.ndarray, ref: np.ndarray, budget: float,
         max_sq = max(max_sq, float(d.max()))
         if not math.isfinite(part):  # the poison is a NaN, so only then count the faults
             untouched += untouched_count(o)
-            nonfinite += o.size - int(np.count_nonzero(np.isfinite(o)))
+            nonfinite += o.size - int(np.count_nonzero(np.isfinite(o.astype(np.float32))))
     if untouched:
         return Verdict(Status.UNTOUCHED, None, None,
                        f"{untouched} of {out.size} elements unwritten")

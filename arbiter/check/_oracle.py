@@ -97,7 +97,7 @@ def _chain(
     reduction: Reduction | None,
     eps: float,
 ) -> None:
-    """The ops after the matmul, on the float64 block `x` in place (a float32 residual is
+    """The ops after the matmul, on the float64 block `x` in place (a stored residual is
     added as float64: the cast is exact)."""
     for op in epilogue:
         if op is Epilogue.BIAS:
@@ -105,7 +105,7 @@ def _chain(
         else:
             POINTWISE[op.value](x)
     if residual is not None:
-        x += residual
+        x += residual.astype(np.float64)
     if reduction is not None:
         REDUCTIONS[reduction.value](x, eps)
 
@@ -135,7 +135,8 @@ BLOCK_ELEMENTS = 1 << 16
 
 
 def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The region's exact result in float64, from validated float32 inputs."""
+    """The region's exact result in float64, from the validated inputs as stored (already
+    rounded to the region's dtype)."""
     return _reference(region, validate_inputs(region, arrays))
 
 
@@ -162,7 +163,7 @@ def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
                 POINTWISE[Pointwise(op).value](x)
             block[...] = x @ b
         else:
-            block[...] = rows[s:s + step]
+            block[...] = rows[s:s + step].astype(np.float64)
         _chain(block, region.epilogue, bias,
                residual[s:s + step] if residual is not None else None, region.reduction,
                region.eps)

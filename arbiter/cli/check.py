@@ -10,7 +10,7 @@ from typing import Any
 
 from ..api import spec_regions, usable_lanes
 from ..check import budget_of, fresh_seeds
-from ..lane import Status
+from ..lane import Status, refusal
 from ..measure import Measurement, Worker, build_candidate
 from ..region import Spec
 from ._table import print_json, print_table
@@ -43,7 +43,7 @@ def check(spec: str | Path | Spec, *, lanes: Sequence[str] | str | None = None,
             b = budget_of(region, budget)
             seeds = fresh_seeds()
             for lane in chosen:
-                if lane.applies_to(region) is not None:
+                if refusal(lane, region) is not None:
                     continue
                 built = build_candidate(lane, region, lane.space(region).default)
                 m = built if isinstance(built, Measurement) else worker.check(

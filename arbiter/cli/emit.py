@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .._errors import ArbiterError, BuildError, LaneError
-from ..lane import KernelSource, Platform, get_lane, run_tool
+from ..lane import KernelSource, Platform, get_lane, refusal, run_tool
 from ..region import load_spec
 from ..settings import settings
 
@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
 
     region = load_spec(args.spec).get(args.region)
     lane = get_lane(args.lane)
-    why = lane.applies_to(region)
+    why = refusal(lane, region)
     if why is not None:
         raise LaneError(f"lane {args.lane!r} does not apply to {region.label}: {why}")
     config = parse_config(lane, region, args.config)

@@ -15,7 +15,7 @@ from .._errors import ArbiterError, InputError, SpecError
 from ..api import best, parse_config, run, spec_regions
 from ..check import random_inputs
 from ..lane import get_lane
-from ..region import Spec, input_shapes
+from ..region import Spec, input_shapes, storage_view
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,7 +84,8 @@ def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
     missing = [n for n in input_shapes(region) if n not in arrays]
     for n in missing:
         arrays[n] = drawn[n]
-    named: dict[str, Any] = {n: arrays[n] for n in input_shapes(region)}
+    # bf16 arrays come back from an npz as two-byte void: read them as the region's dtype
+    named: dict[str, Any] = {n: storage_view(arrays[n], region.dtype) for n in input_shapes(region)}
     out = run(region, lane=lane, config=config, **named)
     try:
         if missing and not in_path.exists():

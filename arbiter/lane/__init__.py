@@ -18,12 +18,13 @@ from ..region import (
     Region,
     RowwiseRegion,
     input_shapes,
+    numpy_dtype,
     output_shape,
 )
 from ..settings import settings
 from ._build import build_key, cached_build, compiler_identity, run_tool, version_text
 from ._inputs import validate_inputs, validate_output
-from ._protocol import Lane, Runner
+from ._protocol import Lane, Runner, refusal
 from ._registry import all_lanes, get_lane, lane_names
 from ._timing import HOST_METHOD, time_host, usable_cores
 from ._values import (
@@ -43,7 +44,7 @@ __all__ = [
     "ENUMERABLE", "HOST_METHOD", "Artifact", "AttentionRegion", "Availability", "BuildError",
     "Config", "EmitError", "Epilogue", "FusedRegion", "InputError", "KernelSource", "Lane",
     "Platform", "Pointwise", "Reduction", "Region", "RowwiseRegion", "Rule", "Runner", "Space",
-    "Status", "Tunable", "all_lanes", "build_key", "cached_build", "compiler_identity",
-    "get_lane", "input_shapes", "lane_names", "output_shape", "run_tool", "settings",
-    "time_host", "usable_cores", "validate_inputs", "validate_output", "version_text",
+    "Status", "Tunable", "all_lanes", "build_key", "cached_build", "compiler_identity", "get_lane",
+    "input_shapes", "lane_names", "numpy_dtype", "output_shape", "refusal", "run_tool", "settings",
+    "time_host", "usable_cores", "validate_inputs", "validate_output", "version_text"
 ]

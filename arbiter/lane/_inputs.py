@@ -7,26 +7,29 @@ from collections.abc import Mapping
 import numpy as np
 
 from .._errors import InputError
-from ..region import Region, input_shapes, output_shape
+from ..region import Region, input_shapes, numpy_dtype, output_shape
 
 __all__ = ["validate_inputs", "validate_output"]
 
 
 def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Check every array the region needs: present, float32, right shape.
+    """Check every array the region needs: present, of the region's storage dtype (float32,
+    float16, or ml_dtypes.bfloat16), right shape.
 
     Returns the arrays to pass to native code (C-contiguous). Extra arrays are ignored.
     Raises one `InputError` naming the first problem.
     """
     out: dict[str, np.ndarray] = {}
+    want = numpy_dtype(region.dtype)
     for name, shape in input_shapes(region).items():
         if name not in arrays or arrays[name] is None:
             raise InputError(f"{region.label}: missing input {name!r} of shape {shape}")
         a = arrays[name]
         if not isinstance(a, np.ndarray):
             raise InputError(f"{region.label}: input {name!r} is {type(a).__name__}, not an array")
-        if a.dtype != np.float32:
-            raise InputError(f"{region.label}: input {name!r} has dtype {a.dtype}, need float32")
+        if a.dtype != want:
+            raise InputError(f"{region.label}: input {name!r} has dtype {a.dtype}, need {want} "
+                             f"({region.dtype})")
         if a.shape != shape:
             raise InputError(f"{region.label}: input {name!r} has shape {a.shape}, need {shape}")
         out[name] = np.ascontiguousarray(a)
@@ -35,9 +38,10 @@ def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, n
 
 def validate_output(region: Region, out: object) -> np.ndarray:
     shape = output_shape(region)
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape:
+    want = numpy_dtype(region.dtype)
+    if not isinstance(out, np.ndarray) or out.dtype != want or out.shape != shape:
         got = getattr(out, "shape", None), getattr(out, "dtype", None)
-        raise InputError(f"{region.label}: output must be float32 {shape}, got {got}")
+        raise InputError(f"{region.label}: output must be {want} {shape}, got {got}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise InputError(f"{region.label}: output must be a writeable C-contiguous array")
     return out

@@ -11,7 +11,7 @@ from ._values import Artifact, Availability, Config, KernelSource, Platform, Spa
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Lane", "Runner"]
+__all__ = ["Lane", "Runner", "refusal"]
 
 
 @runtime_checkable
@@ -27,7 +27,8 @@ class Runner(Protocol):
     timing_method: str  # e.g. "monotonic_ns", "cuda_events"
 
     def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
-        """Compute the region once into `out` (float32, C-contiguous, region's output shape).
+        """Compute the region once into `out` (the region's storage dtype, C-contiguous, its
+        output shape).
 
         Precondition: `out` may hold anything (the checker poisons it); every element must
         be overwritten. GPU runners copy inputs in and the result back.
@@ -59,6 +60,7 @@ class Lane(Protocol):
     name: str
     platform: Platform
     precisions: tuple[str, ...]
+    # The storage dtypes it computes (a lane without the attribute: f32 only), see `refusal`.
     version: str  # part of every build key: bump it when generated code changes meaning
 
     def available(self) -> Availability:
@@ -78,3 +80,12 @@ class Lane(Protocol):
 
     def runner(self, artifact: Artifact, region: Region) -> Runner:
         """Load the artifact for launching on `region`'s arrays."""
+
+
+def refusal(lane: Lane, region: Region) -> str | None:
+    """Why `lane` does not compute `region` (None: it does): a storage dtype it does not list in
+    `dtypes`, else its own `applies_to`."""
+    dtypes = getattr(lane, "dtypes", ("f32",))
+    if region.dtype not in dtypes:
+        return f"{lane.name} computes {'/'.join(dtypes)} storage, not {region.dtype}"
+    return lane.applies_to(region)

@@ -1,7 +1,8 @@
-"""What is tuned: the ops, the three region kinds, their arrays, and spec files."""
+"""What is tuned: the ops, the region kinds, their storage dtypes and arrays, spec files."""
 
 from __future__ import annotations
 
+from ._dtype import DEFAULT_BUDGETS, DTYPES, numpy_dtype, storage_view
 from ._ops import Epilogue, Pointwise, Reduction, parse_op
 from ._region import (
     DEFAULT_BUDGET,
@@ -21,8 +22,9 @@ from ._region import (
 from ._spec import Spec, load_spec, parse_spec, parse_table, region_table
 
 __all__ = [
-    "DEFAULT_BUDGET", "SHAPE_FIELDS", "AttentionRegion", "Epilogue", "FusedRegion", "Pointwise",
-    "Reduction", "Region", "RowwiseRegion", "Spec", "family_of", "input_shapes", "is_real",
-    "load_spec", "output_shape", "parse_op", "parse_spec", "parse_table",
-    "region_from_canonical", "region_table", "shape_distance", "shape_of",
+    "DEFAULT_BUDGET", "DEFAULT_BUDGETS", "DTYPES", "SHAPE_FIELDS", "AttentionRegion", "Epilogue",
+    "FusedRegion", "Pointwise", "Reduction", "Region", "RowwiseRegion", "Spec", "family_of",
+    "input_shapes", "is_real", "load_spec", "numpy_dtype", "output_shape", "parse_op",
+    "parse_spec", "parse_table", "region_from_canonical", "region_table", "shape_distance",
+    "shape_of", "storage_view"
 ]

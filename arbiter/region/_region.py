@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from typing import TypeGuard, Union
 
 from .._errors import RegionError
+from ._dtype import DEFAULT_BUDGETS, DTYPES
 from ._ops import Epilogue, Pointwise, Reduction, parse_op
 
 __all__ = ["DEFAULT_BUDGET", "SHAPE_FIELDS", "AttentionRegion", "FusedRegion", "Region",
            "RowwiseRegion", "family_of", "input_shapes", "is_real", "output_shape",
            "region_from_canonical", "shape_distance", "shape_of"]
 
-# Relative Frobenius error allowed when a region names no budget. f16 operands with f32
-# accumulation land near 3e-4 and tf32 near 3e-4 on unit-variance data, so 1e-3 admits them;
-# bf16 operands (8-bit mantissa) land at 2e-3..5e-3 and need a looser, explicit budget.
-DEFAULT_BUDGET = 1e-3
+DEFAULT_BUDGET = DEFAULT_BUDGETS["f32"]
 DEFAULT_EPS = 1e-5
 
 
@@ -74,6 +72,11 @@ def _check_budget(region: str, budget: object) -> float | None:
     return float(budget)
 
 
+def _check_dtype(region: str, dtype: object) -> None:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise RegionError(f"{region}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
 def _chain(region: str, epilogue: tuple) -> None:
     if sum(op is Epilogue.BIAS for op in epilogue) > 1:
         raise RegionError(f"{region}: epilogue has more than one bias")
@@ -84,6 +87,7 @@ class _Keyed:
 
     _KIND = ""
     _IDENTITY: tuple[str, ...] = ()
+    dtype: str
 
     def canonical(self) -> dict:
         out: dict = {"kind": self._KIND}
@@ -94,6 +98,8 @@ class _Keyed:
             elif hasattr(v, "value"):
                 v = v.value
             out[name] = v
+        if self.dtype != "f32":  # f32 regions keep the keys they had before dtypes
+            out["dtype"] = self.dtype
         return out
 
     @functools.cached_property
@@ -104,6 +110,13 @@ class _Keyed:
     @property
     def kind(self) -> str:
         return self._KIND
+
+    @property
+    def default_budget(self) -> float:
+        return DEFAULT_BUDGETS[self.dtype]
+
+    def _dtype_text(self) -> str:
+        return "" if self.dtype == "f32" else f":{self.dtype}"
 
     @property
     def label(self) -> str:
@@ -130,6 +143,7 @@ class _Chained(_Keyed):
         object.__setattr__(self, "reduction", _reduction(r, self.reduction))
         object.__setattr__(self, "eps", _check_eps(r, self.eps))
         object.__setattr__(self, "budget", _check_budget(r, self.budget))
+        _check_dtype(r, self.dtype)
 
     @property
     def has_bias(self) -> bool:
@@ -158,6 +172,7 @@ class FusedRegion(_Chained):
     residual: bool = False
     reduction: Reduction | None = None
     eps: float = DEFAULT_EPS
+    dtype: str = "f32"
     name: str = field(default="", compare=False)
     budget: float | None = field(default=None, compare=False)
 
@@ -173,7 +188,8 @@ class FusedRegion(_Chained):
 
     def describe(self) -> str:
         chain = _chain_text(self.prologue, self.epilogue, self.residual, self.reduction)
-        return f"mm{self.M}x{self.N}x{self.K}" + (f"+{chain}" if chain else "")
+        return (f"mm{self.M}x{self.N}x{self.K}" + (f"+{chain}" if chain else "")
+                + self._dtype_text())
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,7 @@ class RowwiseRegion(_Chained):
     residual: bool = False
     reduction: Reduction | None = None
     eps: float = DEFAULT_EPS
+    dtype: str = "f32"
     name: str = field(default="", compare=False)
     budget: float | None = field(default=None, compare=False)
 
@@ -206,7 +223,7 @@ class RowwiseRegion(_Chained):
 
     def describe(self) -> str:
         chain = _chain_text((), self.epilogue, self.residual, self.reduction)
-        return f"row{self.M}x{self.N}+{chain}"
+        return f"row{self.M}x{self.N}+{chain}" + self._dtype_text()
 
 
 @dataclass(frozen=True)
@@ -225,6 +242,7 @@ class AttentionRegion(_Keyed):
     seq_k: int = 0  # 0 means "same as seq_q"
     causal: bool | str = False  # True (= "bottom_right"), False or "top_left"
     scale: float = 0.0  # 0 means 1/sqrt(head_dim)
+    dtype: str = "f32"
     name: str = field(default="", compare=False)
     budget: float | None = field(default=None, compare=False)
 
@@ -250,6 +268,7 @@ class AttentionRegion(_Keyed):
             raise RegionError(f"{r}: scale must be a positive number, got {self.scale!r}")
         object.__setattr__(self, "scale", float(scale))
         object.__setattr__(self, "budget", _check_budget(r, self.budget))
+        _check_dtype(r, self.dtype)
 
     @property
     def causal_offset(self) -> int | None:
@@ -262,7 +281,8 @@ class AttentionRegion(_Keyed):
 
     def describe(self) -> str:
         c = {False: "", True: "+causal", "top_left": "+causal_top_left"}[self.causal]
-        return f"attn{self.batch}x{self.heads}x{self.seq_q}x{self.seq_k}x{self.head_dim}{c}"
+        return (f"attn{self.batch}x{self.heads}x{self.seq_q}x{self.seq_k}x{self.head_dim}{c}"
+                + self._dtype_text())
 
 
 Region = Union[FusedRegion, RowwiseRegion, AttentionRegion]  # noqa: UP007 (runtime alias on 3.10)

@@ -26,7 +26,7 @@ _CAUSAL = ((bool, str), "true, false, \"top_left\" or \"bottom_right\"")
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": _STR, "kind": _STR, "shapes": _STR, "reduction": _STR, "prologue": _OPS,
     "epilogue": _OPS, "residual": _BOOL, "causal": _CAUSAL, "eps": _NUM, "scale": _NUM,
-    "budget": _NUM,
+    "budget": _NUM, "dtype": _STR,
     **dict.fromkeys(SIZES, _INT),
 }
 _KINDS = {  # kind -> (class, required fields, optional fields)
@@ -74,7 +74,7 @@ def _region(path: str, index: int, table: object) -> Region:
             f"{where}: field 'kind': unknown kind {kind!r} (valid: {', '.join(_KINDS)})"
         )
     cls, required, optional = _KINDS[kind]
-    allowed = {"name", "kind", "budget", "shapes", *required, *optional}
+    allowed = {"name", "kind", "budget", "shapes", "dtype", *required, *optional}
     for key, value in table.items():
         if key not in allowed:
             raise SpecError(

@@ -10,7 +10,7 @@ import math
 
 from arbiter.lane import Region, input_shapes, output_shape
 
-__all__ = ["REBUILD", "REBUILD_TEXT", "runner_table", "runner_tail"]
+__all__ = ["REBUILD", "REBUILD_TEXT", "runner_table", "runner_tail", "store_defines"]
 
 # The header comment's lines saying how to rebuild a generated GPU source by hand, for both
 # targets (the text is the same; the file name only tells each compiler the language).
@@ -21,6 +21,13 @@ REBUILD = (
     "kernel.hip -o kernel.so",
 )
 REBUILD_TEXT = "".join(f"{line}\n" for line in REBUILD)
+
+
+def store_defines(region: Region) -> str:
+    """The line choosing the storage type `arb_store_t` (arb_gpu.h): it goes before the
+    source's first include of arb_gpu.h."""
+    return {"f32": "", "f16": "#define ARB_STORE_F16 1\n",
+            "bf16": "#define ARB_STORE_BF16 1\n"}[region.dtype]
 
 
 def runner_table(region: Region) -> str:
@@ -41,6 +48,7 @@ def runner_tail(region: Region, launches: list[str]) -> str:
     body = "\n".join(f"    {ln}" for ln in launches)
     return (
         "\n" + runner_table(region) + "\n"
-        "static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream)\n"
+        "static hipError_t arb_launch(const arb_store_t* const* in, arb_store_t* out,\n"
+        "                             hipStream_t stream)\n"
         f"{{\n{body}\n    return hipGetLastError();\n}}\n\n#include \"arb_runner.h\"\n"
     )

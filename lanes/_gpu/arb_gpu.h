@@ -111,6 +111,48 @@ __device__ __forceinline__ float arb_rsqrt(float x) { return 1.0f / __builtin_sq
 #endif
 __device__ __forceinline__ float arb_sigmoid(float x) { return 1.0f / (1.0f + arb_exp(-x)); }
 
+/* The region's storage type (every input and the output), chosen by the generated source
+ * before it includes this header: ARB_STORE_F16 or ARB_STORE_BF16, else float. Kernels read
+ * and write it through arb_load / arb_store (round to nearest even) and compute in float. */
+#if defined(ARB_STORE_F16) && defined(ARB_STORE_BF16)
+#error "define at most one of ARB_STORE_F16 and ARB_STORE_BF16"
+#elif defined(ARB_STORE_F16)
+#if defined(ARB_CUDA)
+typedef __half arb_store_t;
+__device__ __forceinline__ float arb_load(arb_store_t h) { return __half2float(h); }
+__device__ __forceinline__ arb_store_t arb_store(float f) { return __float2half_rn(f); }
+#else
+typedef _Float16 arb_store_t;
+__device__ __forceinline__ float arb_load(arb_store_t h) { return (float)h; }
+__device__ __forceinline__ arb_store_t arb_store(float f) { return (arb_store_t)f; }
+#endif
+#define ARB_POISON_STORE 0x7EADu /* arbiter.check.POISON_BITS_16["f16"] */
+#elif defined(ARB_STORE_BF16)
+#if defined(ARB_CUDA)
+typedef __nv_bfloat16 arb_store_t;
+__device__ __forceinline__ float arb_load(arb_store_t h) { return __bfloat162float(h); }
+__device__ __forceinline__ arb_store_t arb_store(float f) { return __float2bfloat16_rn(f); }
+#else
+/* bf16 travels as its bit pattern (as arb_frag.h's operands do) */
+typedef unsigned short arb_store_t;
+__device__ __forceinline__ float arb_load(arb_store_t h) {
+    return __builtin_bit_cast(float, (unsigned int)h << 16);
+}
+__device__ __forceinline__ arb_store_t arb_store(float f) {
+    unsigned int u = __builtin_bit_cast(unsigned int, f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (arb_store_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                              /* nearest even */
+    return (arb_store_t)(u >> 16);
+}
+#endif
+#define ARB_POISON_STORE 0x7FEDu /* arbiter.check.POISON_BITS_16["bf16"] */
+#else
+typedef float arb_store_t;
+__device__ __forceinline__ float arb_load(arb_store_t f) { return f; }
+__device__ __forceinline__ arb_store_t arb_store(float f) { return f; }
+#define ARB_POISON_STORE 0x7FC0DEADu /* arbiter.check.POISON_BITS */
+#endif
+
 __device__ __forceinline__ float arb_warp_sum(float v) {
     for (int m = ARB_WARP / 2; m > 0; m >>= 1) v += arb_shfl_xor(v, m);
     return v;

@@ -2,9 +2,11 @@
  *
  * The including source defines, before #include "arb_runner.h":
  *   #define ARB_N_INPUTS n
- *   static const long long arb_input_elems[ARB_N_INPUTS];   float32 elements per input
+ *   static const long long arb_input_elems[ARB_N_INPUTS];   elements per input
  *   static const long long arb_output_elems;
- *   static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream);
+ *   static hipError_t arb_launch(const arb_store_t* const* in, arb_store_t* out,
+ *                                hipStream_t stream);
+ * Every input and the output are arrays of arb_store_t, the region's storage type (arb_gpu.h).
  * arb_launch enqueues the kernel(s) on `stream` without synchronizing and returns
  * hipGetLastError() (or the first failing call's code). Optionally, ARB_RELEASE_HOOK names a
  * `void f(void)` that arbiter_release calls to free what arb_launch allocated (a workspace).
@@ -24,13 +26,10 @@
 #error "define ARB_N_INPUTS, arb_input_elems, arb_output_elems and arb_launch before arb_runner.h"
 #endif
 
-/* The bit pattern arbiter.check.POISON_BITS: an unwritten output element reads back as it. */
-#define ARB_POISON_BITS 0x7FC0DEADu
-
 static char arb_err[1024];
 static int arb_n_sets = 0;
-static float* arb_dev_in[64 * ARB_N_INPUTS];
-static float* arb_dev_out = NULL;
+static arb_store_t* arb_dev_in[64 * ARB_N_INPUTS];
+static arb_store_t* arb_dev_out = NULL;
 static hipStream_t arb_stream = NULL;
 
 static int arb_fail(const char* what, hipError_t e) {
@@ -44,15 +43,21 @@ static int arb_fail(const char* what, hipError_t e) {
         if (arb_e_ != hipSuccess) return arb_fail(#call, arb_e_); \
     } while (0)
 
-__global__ void arb_poison_kernel(unsigned int* p, long long n) {
+/* An unwritten output element reads back as its storage type's poison (arbiter.check). */
+__global__ void arb_poison_kernel(arb_store_t* p, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) p[i] = ARB_POISON_BITS;
+#if defined(ARB_STORE_F16) || defined(ARB_STORE_BF16)
+    unsigned short bits = (unsigned short)ARB_POISON_STORE;
+#else
+    unsigned int bits = ARB_POISON_STORE;
+#endif
+    for (; i < n; i += stride) memcpy(&p[i], &bits, sizeof bits);
 }
 
 static hipError_t arb_launch_checked(int set) {
-    hipError_t e = arb_launch((const float* const*)&arb_dev_in[set * ARB_N_INPUTS], arb_dev_out,
-                              arb_stream);
+    hipError_t e = arb_launch((const arb_store_t* const*)&arb_dev_in[set * ARB_N_INPUTS],
+                              arb_dev_out, arb_stream);
     hipError_t last = hipGetLastError();
     return e != hipSuccess ? e : last;
 }
@@ -68,6 +73,8 @@ long long arbiter_input_elems(int i) {
 }
 
 long long arbiter_output_elems(void) { return arb_output_elems; }
+
+int arbiter_elem_bytes(void) { return (int)sizeof(arb_store_t); }
 
 void arbiter_release(void) {
     for (int k = 0; k < arb_n_sets * ARB_N_INPUTS; ++k) {
@@ -86,7 +93,7 @@ void arbiter_release(void) {
 
 /* Allocate n_sets copies of every input (host_inputs[set * ARB_N_INPUTS + i]) and one output
  * on the device, and copy the inputs in once. Replaces whatever was prepared before. */
-int arbiter_prepare(int n_sets, const float* const* host_inputs) {
+int arbiter_prepare(int n_sets, const void* const* host_inputs) {
     arbiter_release();
     arb_err[0] = '\0';
     if (n_sets < 1 || n_sets > 64 || host_inputs == NULL) {
@@ -103,26 +110,26 @@ int arbiter_prepare(int n_sets, const float* const* host_inputs) {
     ARB_CHECK(hipStreamCreate(&arb_stream));
     arb_n_sets = n_sets;
     for (int k = 0; k < n_sets * ARB_N_INPUTS; ++k) {
-        size_t bytes = (size_t)arb_input_elems[k % ARB_N_INPUTS] * sizeof(float);
+        size_t bytes = (size_t)arb_input_elems[k % ARB_N_INPUTS] * sizeof(arb_store_t);
         ARB_CHECK(hipMalloc((void**)&arb_dev_in[k], bytes));
         ARB_CHECK(hipMemcpy(arb_dev_in[k], host_inputs[k], bytes, hipMemcpyHostToDevice));
     }
-    ARB_CHECK(hipMalloc((void**)&arb_dev_out, (size_t)arb_output_elems * sizeof(float)));
+    ARB_CHECK(hipMalloc((void**)&arb_dev_out, (size_t)arb_output_elems * sizeof(arb_store_t)));
     return 0;
 }
 
 /* Poison the output, launch on input set `set`, synchronize, copy the output to host_out. */
-int arbiter_run(int set, float* host_out) {
+int arbiter_run(int set, void* host_out) {
     if (arb_n_sets == 0 || set < 0 || set >= arb_n_sets || host_out == NULL) {
         snprintf(arb_err, sizeof arb_err, "arbiter_run: set %d not prepared (have %d)", set,
                  arb_n_sets);
         return 1;
     }
-    arb_poison_kernel<<<1024, 256, 0, arb_stream>>>((unsigned int*)arb_dev_out, arb_output_elems);
+    arb_poison_kernel<<<1024, 256, 0, arb_stream>>>(arb_dev_out, arb_output_elems);
     ARB_CHECK(hipGetLastError());
     ARB_CHECK(arb_launch_checked(set));
     ARB_CHECK(hipStreamSynchronize(arb_stream));
-    ARB_CHECK(hipMemcpy(host_out, arb_dev_out, (size_t)arb_output_elems * sizeof(float),
+    ARB_CHECK(hipMemcpy(host_out, arb_dev_out, (size_t)arb_output_elems * sizeof(arb_store_t),
                         hipMemcpyDeviceToHost));
     return 0;
 }

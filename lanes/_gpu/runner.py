@@ -12,6 +12,7 @@ from arbiter.lane import (
     Platform,
     Region,
     input_shapes,
+    numpy_dtype,
     output_shape,
     validate_inputs,
     validate_output,
@@ -41,8 +42,9 @@ class GpuRunner:
         lib.arbiter_input_elems.restype = ctypes.c_longlong
         lib.arbiter_input_elems.argtypes = [ctypes.c_int]
         lib.arbiter_output_elems.restype = ctypes.c_longlong
+        lib.arbiter_elem_bytes.restype = ctypes.c_int
         lib.arbiter_prepare.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-        lib.arbiter_run.argtypes = [ctypes.c_int, _FLOAT_P]
+        lib.arbiter_run.argtypes = [ctypes.c_int, ctypes.c_void_p]
         lib.arbiter_time.argtypes = [ctypes.c_int, ctypes.c_int, _FLOAT_P]
         lib.arbiter_release.restype = None
         self._lib = lib
@@ -54,6 +56,10 @@ class GpuRunner:
             raise RuntimeError(
                 f"{artifact.lane}: library built for inputs {have} -> {out_have} elements, "
                 f"region {region.label} needs {want} -> {out_want}")
+        size = numpy_dtype(region.dtype).itemsize
+        if lib.arbiter_elem_bytes() != size:
+            raise RuntimeError(f"{artifact.lane}: library stores {lib.arbiter_elem_bytes()}-byte "
+                               f"elements, region {region.label} is {region.dtype}")
         self._kept: list[np.ndarray] = []
 
     def _check(self, rc: int, what: str) -> None:
@@ -71,7 +77,7 @@ class GpuRunner:
     def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
         validate_output(self.region, out)
         self._prepare([inputs])
-        self._check(self._lib.arbiter_run(0, out.ctypes.data_as(_FLOAT_P)), "arbiter_run")
+        self._check(self._lib.arbiter_run(0, out.ctypes.data), "arbiter_run")
 
     def time(
         self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int

@@ -110,6 +110,7 @@ def _fused_space(region: FusedRegion) -> Space:
 class HipScalarLane(GpuLane):
     name = "hip_scalar"
     precisions = ("f32",)
+    dtypes = ("f32",)  # 16-bit storage: not yet generated (the numpy lane computes it)
     version = "1"
 
     def applies_to(self, region: Region) -> str | None:

@@ -1,6 +1,7 @@
 """numpy as a lane like any other, so a CPU winner is never slower than the library.
 
-It computes in float32 exactly as a user would write it eagerly (`run.py`). numpy itself is
+It computes in float32 exactly as a user would write it eagerly (`run.py`), from any storage
+dtype (16-bit inputs are widened first, the result rounded to the storage dtype). numpy itself is
 imported by its runner only: the trial worker's first compiles start before numpy is loaded.
 """
 
@@ -38,6 +39,7 @@ class NumpyLane:
     name = "numpy"
     platform = Platform.CPU
     precisions = ("f32",)
+    dtypes = ("f32", "f16", "bf16")
     version = "1"
 
     def available(self) -> Availability:

@@ -79,6 +79,7 @@ class X86CLane:
     name = "x86_c"
     platform = Platform.CPU
     precisions = ("f32",)
+    dtypes = ("f32",)  # 16-bit storage: not yet generated (the numpy lane computes it)
     version = "1"
 
     def available(self) -> Availability:
