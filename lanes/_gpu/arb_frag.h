@@ -20,6 +20,8 @@
  *   arb_cp_async16(dst_smem, src_global), arb_cp_async_commit(), arb_cp_async_wait<N>()
  *                                  16-byte global->shared copy: cp.async on sm_80+, a plain
  *                                  copy elsewhere (commit/wait are then no-ops)
+ *   arb_cp_async16_zfill(dst, src, valid)   the same, writing 16 zero bytes (src not read)
+ *                                  when !valid: a tail past the end of a tensor
  *
  * Register layouts (l = lane 0..31):
  *   gfx11 (__builtin_amdgcn_wmma_f32_16x16x16_{f16,bf16}_w32, wave32):
@@ -175,6 +177,11 @@ __device__ __forceinline__ void arb_cp_async16(void* dst_smem, const void* src_g
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
                  :: "r"(arb_smem_addr(dst_smem)), "l"(src_global));
 }
+__device__ __forceinline__ void arb_cp_async16_zfill(void* dst_smem, const void* src_global,
+                                                     bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(arb_smem_addr(dst_smem)), "l"(src_global), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void arb_cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -279,6 +286,11 @@ __device__ __forceinline__ int arb_acc_col(int v) { return arb_lane_id() & 15; }
 
 __device__ __forceinline__ void arb_cp_async16(void* dst_smem, const void* src_global) {
     *reinterpret_cast<uint4*>(dst_smem) = *reinterpret_cast<const uint4*>(src_global);
+}
+__device__ __forceinline__ void arb_cp_async16_zfill(void* dst_smem, const void* src_global,
+                                                     bool valid) {
+    *reinterpret_cast<uint4*>(dst_smem) =
+        valid ? *reinterpret_cast<const uint4*>(src_global) : make_uint4(0u, 0u, 0u, 0u);
 }
 __device__ __forceinline__ void arb_cp_async_commit() {}
 template <int N>

@@ -14,7 +14,7 @@ from typing import Any
 
 from arbiter.lane import AttentionRegion, Config, EmitError, KernelSource, Platform, Region
 
-from .._gpu.abi import REBUILD, runner_table
+from .._gpu.abi import REBUILD, runner_table, store_defines
 
 __all__ = ["HEAD_DIMS", "LANE", "STAGINGS", "emit", "smem_bytes"]
 
@@ -48,6 +48,9 @@ def _check(region: Region, config: Config) -> AttentionRegion:
         raise EmitError(f"{LANE}: block_q must be 16 * warps (each warp owns 16 query rows)")
     if config["precision"] not in ("f16", "bf16"):
         raise EmitError(f"{LANE}: precision {config['precision']!r} not f16/bf16")
+    if region.dtype != "f32" and config["precision"] != region.dtype:
+        raise EmitError(f"{LANE}: {region.dtype} storage computes with {region.dtype} operands, "
+                        f"not {config['precision']}")
     staging = config.get("staging", "inline")
     if staging not in STAGINGS:
         raise EmitError(f"{LANE}: staging {staging!r} not in {STAGINGS}")
@@ -76,6 +79,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         "FA2_STAGES": int(config["stages"]),
         "FA2_PREPASS": int(config.get("staging", "inline") == "prepass"),
         "FA2_SMEM_BYTES": smem,
+        "FA2_NATIVE": int(r.dtype != "f32"),
     }
     lines = [
         f"/* arbiter lane {LANE}: generated, do not edit.",
@@ -89,6 +93,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     if bf16:
         lines += ["#define FA2_BF16 1", "#define ARB_FRAG_BF16 1"]
+    lines += store_defines(r).splitlines()
     lines.append('#include "arb_gpu.h"')
     lines += runner_table(r).splitlines()
     text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()

@@ -1,7 +1,8 @@
 /* FlashAttention-2 forward: O = softmax(scale * Q K^T [+ bottom-right causal mask]) V.
  *
- * f32 at the interface; Q, K, V are rounded to FA2_OP (f16 or bf16) as they are loaded and
- * every product accumulates in f32. One block owns FA2_BQ query rows of one (batch, head);
+ * Q, K, V and O are stored as arb_store_t (the region's dtype, arb_gpu.h). From f32 storage
+ * they are rounded to the operand type (f16 or bf16) as they are loaded; 16-bit storage is the
+ * operand type itself (FA2_NATIVE: no conversion anywhere). Every product accumulates in f32. One block owns FA2_BQ query rows of one (batch, head);
  * each warp owns 16 of them and keeps, in registers, its Q fragments, its O accumulator and
  * the running row max / row sum of the online softmax in the accumulator layout
  * (fa2_acc_row / fa2_acc_col say where element x[v] of a lane sits in a 16x16 tile). K/V
@@ -13,7 +14,10 @@
  *                With FA2_STAGES == 2 the next tile's global loads are issued before the
  *                current tile's math and stored after it.
  *   1 "prepass": a first kernel converts Q, K, V once into zero-padded 16-bit copies (a
- *                workspace freed by arbiter_release); the attention kernel then streams K/V
+ *                workspace freed by arbiter_release), except from 16-bit storage on NVIDIA,
+ *                where the tensors are read as they are (no pass; the tail tile of K/V is
+ *                zero-filled by the async copy and Q rows are bounds-checked); gfx11 keeps
+ *                the pass there as a copy, for V^T. The attention kernel then streams K/V
  *                tiles with 16-byte cp.async copies through FA2_STAGES >= 2 shared-memory
  *                stages issued FA2_STAGES - 1 tiles ahead (a plain copy on gfx11), with no
  *                bounds checks and no staging registers. gfx11 gets V transposed from the
@@ -32,8 +36,8 @@
  *    (V^T[d][key]) when it is converted into LDS.
  *
  * Constants (from emit.py): FA2_B FA2_H FA2_SQ FA2_SK FA2_D FA2_CAUSAL FA2_OFF FA2_SCALE_LOG2
- * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_PREPASS FA2_SMEM_BYTES, and FA2_BF16 (with
- * ARB_FRAG_BF16) for bf16 operands; emit.py also writes the runner's size table
+ * FA2_BQ FA2_BK FA2_WARPS FA2_STAGES FA2_PREPASS FA2_SMEM_BYTES FA2_NATIVE, and FA2_BF16
+ * (with ARB_FRAG_BF16) for bf16 operands; emit.py also writes the runner's size table
  * (ARB_N_INPUTS, arb_input_elems, arb_output_elems).
  */
 #include "arb_frag.h" /* arb_pack2 and arb_cp_async16 for the prepass staging */
@@ -44,16 +48,37 @@
 /* FA2_OFF (from emit.py): causal key j is visible to query i iff j <= i + FA2_OFF:
  * FA2_SK - FA2_SQ bottom-right (FlashAttention's), 0 top-left (PyTorch's is_causal) */
 #define FA2_LDK (FA2_D + 8)               /* LDS row stride in halves: +16 B spreads banks */
-#define FA2_LOADS (FA2_BK * FA2_D / 4 / FA2_THREADS) /* float4 loads per thread per K or V tile */
+/* elements per 16-byte global load: 4 floats, or 8 halves of 16-bit storage */
+#if FA2_NATIVE
+#define FA2_VEC 8
+typedef uint4 fa2_vec;
+#else
+#define FA2_VEC 4
+typedef float4 fa2_vec;
+#endif
+#define FA2_LOADS (FA2_BK * FA2_D / FA2_VEC / FA2_THREADS) /* per thread per K or V tile */
 
-#if !FA2_PREPASS && (FA2_BK * FA2_D / 4) % FA2_THREADS != 0
-#error "FA2_BK * FA2_D / 4 must be a multiple of the thread count"
+#if !FA2_PREPASS && (FA2_BK * FA2_D / FA2_VEC) % FA2_THREADS != 0
+#error "FA2_BK * FA2_D / FA2_VEC must be a multiple of the thread count"
 #endif
 #if FA2_PREPASS && FA2_STAGES < 2
 #error "prepass staging streams at least two stages"
 #endif
 #define FA2_SQP (((FA2_SQ + FA2_BQ - 1) / FA2_BQ) * FA2_BQ) /* padded rows of the 16-bit copies */
 #define FA2_SKP (((FA2_SK + FA2_BK - 1) / FA2_BK) * FA2_BK)
+/* 16-bit storage on NVIDIA needs no copies: the tensors themselves, rows as they are */
+#if FA2_NATIVE && FA2_PREPASS && defined(ARB_CUDA)
+#define FA2_DIRECT 1
+#else
+#define FA2_DIRECT 0
+#endif
+#if FA2_DIRECT
+#define FA2_QROWS FA2_SQ
+#define FA2_KROWS FA2_SK
+#else
+#define FA2_QROWS FA2_SQP
+#define FA2_KROWS FA2_SKP
+#endif
 
 #if defined(ARB_CUDA)
 /* ---------------------------------------------------------------- NVIDIA: mma.sync m16n8k16 */
@@ -108,25 +133,32 @@ __device__ __forceinline__ void fa2_ldmatrix4(fa2_u32 (&r)[4], const void* p, bo
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
 
-/* Q rows [row0, row0 + 16) x head_dim [k0, k0 + 16) from global f32 into an A fragment. */
-__device__ __forceinline__ void fa2_load_q(fa2_a& a, const float* q, int row0, int k0) {
+/* Q rows [row0, row0 + 16) x head_dim [k0, k0 + 16) from global storage into an A fragment:
+ * f32 rounded to the operand type, 16-bit storage as it is; rows past seq_q are zeros. */
+__device__ __forceinline__ void fa2_load_q(fa2_a& a, const arb_store_t* q, int row0, int k0) {
     const int g = fa2_lane() >> 2, t = fa2_lane() & 3;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = row0 + g + (i & 1) * 8, col = k0 + 2 * t + (i >> 1) * 8;
+#if FA2_NATIVE
+        a.r[i] = row < FA2_SQ ? *reinterpret_cast<const fa2_u32*>(q + (long long)row * FA2_D + col)
+                              : 0u;
+#else
         float2 f = make_float2(0.0f, 0.0f);
         if (row < FA2_SQ) f = *reinterpret_cast<const float2*>(q + (long long)row * FA2_D + col);
         a.r[i] = fa2_pack2(f.x, f.y);
+#endif
     }
 }
 
-/* The same A fragment from the prepass's zero-padded 16-bit copy (no bounds checks). */
+/* The same A fragment from the 16-bit copy (rows zero-padded) or, FA2_DIRECT, the tensor. */
 __device__ __forceinline__ void fa2_load_q16(fa2_a& a, const unsigned short* q, int row0, int k0) {
     const int g = fa2_lane() >> 2, t = fa2_lane() & 3;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = row0 + g + (i & 1) * 8, col = k0 + 2 * t + (i >> 1) * 8;
-        a.r[i] = *reinterpret_cast<const fa2_u32*>(q + (long long)row * FA2_D + col);
+        a.r[i] = FA2_DIRECT && row >= FA2_SQ
+                     ? 0u : *reinterpret_cast<const fa2_u32*>(q + (long long)row * FA2_D + col);
     }
 }
 
@@ -218,7 +250,16 @@ __device__ __forceinline__ fa2_v16 fa2_lds16(const fa2_h* p) {
  * fragments per K tile: holding all FA2_DT fragments in VGPRs next to O spills at d >= 64. */
 #define FA2_Q_IN_LDS 1
 #define FA2_Q_HALVES (16 * FA2_LDK)
-__device__ __forceinline__ void fa2_stage_q(fa2_h* sQ, const float* q, int row0) {
+__device__ __forceinline__ void fa2_stage_q(fa2_h* sQ, const arb_store_t* q, int row0) {
+#if FA2_NATIVE
+    for (int i = fa2_lane(); i < 16 * FA2_D / 8; i += 32) {
+        const int r = i / (FA2_D / 8), c = (i % (FA2_D / 8)) * 8;
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if (row0 + r < FA2_SQ)
+            u = *reinterpret_cast<const uint4*>(q + (long long)(row0 + r) * FA2_D + c);
+        *reinterpret_cast<uint4*>(sQ + r * FA2_LDK + c) = u;
+    }
+#else
     for (int i = fa2_lane(); i < 16 * FA2_D / 4; i += 32) {
         const int r = i / (FA2_D / 4), c = (i % (FA2_D / 4)) * 4;
         float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -230,6 +271,7 @@ __device__ __forceinline__ void fa2_stage_q(fa2_h* sQ, const float* q, int row0)
         p[2] = fa2_cvt(f.z);
         p[3] = fa2_cvt(f.w);
     }
+#endif
 }
 __device__ __forceinline__ void fa2_stage_q16(fa2_h* sQ, const unsigned short* q, int row0) {
     for (int i = fa2_lane(); i < 16 * FA2_D / 8; i += 32) {
@@ -285,21 +327,21 @@ __device__ __forceinline__ float fa2_exp2(float x) { return __builtin_amdgcn_exp
 #endif
 
 /* ------------------------------------------------------------------ K/V tile staging */
-struct fa2_stage { float4 r[FA2_LOADS]; };
+struct fa2_stage { fa2_vec r[FA2_LOADS]; };
 
 /* The FA2_BK x FA2_D tile starting at key0 is contiguous in global memory: thread i loads
- * float4 number i, i + THREADS, ...; keys past seq_k read as zeros (never NaN into P @ V). */
-__device__ __forceinline__ void fa2_fetch(fa2_stage& s, const float* base, int key0) {
-    const float4* src = reinterpret_cast<const float4*>(base + (long long)key0 * FA2_D) + threadIdx.x;
+ * 16-byte vector number i, i + THREADS, ...; keys past seq_k read as zeros (never NaN into
+ * P @ V). */
+__device__ __forceinline__ void fa2_fetch(fa2_stage& s, const arb_store_t* base, int key0) {
+    const fa2_vec* src = reinterpret_cast<const fa2_vec*>(base + (long long)key0 * FA2_D) + threadIdx.x;
     if (key0 + FA2_BK <= FA2_SK) { /* whole tile: one base address, constant offsets */
 #pragma unroll
         for (int i = 0; i < FA2_LOADS; ++i) s.r[i] = src[i * FA2_THREADS];
     } else {
 #pragma unroll
         for (int i = 0; i < FA2_LOADS; ++i) {
-            const int key = key0 + (threadIdx.x + i * FA2_THREADS) / (FA2_D / 4);
-            s.r[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (key < FA2_SK) s.r[i] = src[i * FA2_THREADS];
+            const int key = key0 + (threadIdx.x + i * FA2_THREADS) / (FA2_D / FA2_VEC);
+            s.r[i] = key < FA2_SK ? src[i * FA2_THREADS] : fa2_vec{};
         }
     }
 }
@@ -308,8 +350,10 @@ __device__ __forceinline__ void fa2_put_rows(const fa2_stage& s, void* dst) {
 #pragma unroll
     for (int i = 0; i < FA2_LOADS; ++i) {
         const int idx = threadIdx.x + i * FA2_THREADS;
-        const int key = idx / (FA2_D / 4), c = (idx % (FA2_D / 4)) * 4;
-#if defined(ARB_CUDA)
+        const int key = idx / (FA2_D / FA2_VEC), c = (idx % (FA2_D / FA2_VEC)) * FA2_VEC;
+#if FA2_NATIVE /* already the operand type: one 16-byte store (rows are 16-byte aligned) */
+        *reinterpret_cast<uint4*>(static_cast<unsigned short*>(dst) + key * FA2_LDK + c) = s.r[i];
+#elif defined(ARB_CUDA)
         uint2 w = make_uint2(fa2_pack2(s.r[i].x, s.r[i].y), fa2_pack2(s.r[i].z, s.r[i].w));
         *reinterpret_cast<uint2*>(static_cast<unsigned short*>(dst) + key * FA2_LDK + c) = w;
 #else
@@ -327,12 +371,19 @@ __device__ __forceinline__ void fa2_put_v(const fa2_stage& s, void* dst) {
 #pragma unroll
     for (int i = 0; i < FA2_LOADS; ++i) {
         const int idx = threadIdx.x + i * FA2_THREADS;
-        const int key = idx / (FA2_D / 4), c = (idx % (FA2_D / 4)) * 4;
+        const int key = idx / (FA2_D / FA2_VEC), c = (idx % (FA2_D / FA2_VEC)) * FA2_VEC;
         fa2_h* p = static_cast<fa2_h*>(dst) + c * FA2_LDV + key;
+#if FA2_NATIVE
+        const unsigned w[4] = {s.r[i].x, s.r[i].y, s.r[i].z, s.r[i].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            p[e * FA2_LDV] = __builtin_bit_cast(fa2_h, (unsigned short)(w[e >> 1] >> (16 * (e & 1))));
+#else
         p[0 * FA2_LDV] = fa2_cvt(s.r[i].x);
         p[1 * FA2_LDV] = fa2_cvt(s.r[i].y);
         p[2 * FA2_LDV] = fa2_cvt(s.r[i].z);
         p[3 * FA2_LDV] = fa2_cvt(s.r[i].w);
+#endif
     }
 #else
     fa2_put_rows(s, dst);
@@ -349,12 +400,14 @@ __device__ __forceinline__ void fa2_put_v(const fa2_stage& s, void* dst) {
 
 #if FA2_PREPASS
 /* ------------------------------------------------------------------ prepass staging */
+#if !FA2_DIRECT
 #define FA2_CVT_THREADS 256
-/* src [bh][rows][D] f32 -> dst 16-bit, rows zero-padded to rows_pad: [bh][rows_pad][D], or
- * with TRANS [bh][D][rows_pad] (gfx11's V^T). One 16-byte store of 8 elements per step. */
+/* src [bh][rows][D] -> dst 16-bit, rows zero-padded to rows_pad: [bh][rows_pad][D], or
+ * with TRANS [bh][D][rows_pad] (gfx11's V^T). One 16-byte store of 8 elements per step.
+ * From 16-bit storage (FA2_NATIVE, on gfx11 only) the rounding is exact: a copy. */
 template <int TRANS>
 __global__ void __launch_bounds__(FA2_CVT_THREADS)
-fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int rows,
+fa2_convert(const arb_store_t* __restrict__ src, unsigned short* __restrict__ dst, int rows,
             int rows_pad) {
     const long long total = (long long)FA2_B * FA2_H * rows_pad * (FA2_D / 8);
     for (long long i = (long long)blockIdx.x * FA2_CVT_THREADS + threadIdx.x; i < total;
@@ -366,6 +419,11 @@ fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int
             const int c = (int)(i % (FA2_D / 8)) * 8;
             const long long bh = row / rows_pad;
             const int r = (int)(row % rows_pad);
+#if FA2_NATIVE
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                f[e] = r < rows ? arb_load(src[(bh * rows + r) * FA2_D + c + e]) : 0.0f;
+#else
             float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
             if (r < rows) {
                 const float* s = src + (bh * rows + r) * FA2_D + c;
@@ -374,6 +432,7 @@ fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int
             }
             f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
             f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+#endif
             out = row * FA2_D + c;
         } else { /* d fastest across threads: coalesced reads, 16-byte strided writes */
             const int d = (int)(i % FA2_D);
@@ -382,7 +441,7 @@ fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int
             const int k0 = (int)(grp % (rows_pad / 8)) * 8;
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-                f[e] = k0 + e < rows ? src[(bh * rows + k0 + e) * FA2_D + d] : 0.0f;
+                f[e] = k0 + e < rows ? arb_load(src[(bh * rows + k0 + e) * FA2_D + d]) : 0.0f;
             out = (bh * FA2_D + d) * rows_pad + k0;
         }
         uint4 p;
@@ -391,11 +450,13 @@ fa2_convert(const float* __restrict__ src, unsigned short* __restrict__ dst, int
         *reinterpret_cast<uint4*>(dst + out) = p;
     }
 }
+#endif
 
 #define FA2_K_CHUNKS (FA2_BK * FA2_D / 8) /* 16-byte chunks per K (or V) tile */
 #define FA2_CHUNK_ITERS ((FA2_K_CHUNKS + FA2_THREADS - 1) / FA2_THREADS)
 /* Async copies of K and V tile [key0, key0 + FA2_BK) into one stage; the copies are padded,
- * so no bounds checks. vp is V [SKP][D], or V^T [D][SKP] where V is stored transposed. */
+ * so no bounds checks; read directly (FA2_DIRECT), keys past seq_k are zero-filled instead.
+ * vp is V [rows][D], or V^T [D][SKP] where V is stored transposed. */
 __device__ __forceinline__ void fa2_issue(unsigned short* sK, const unsigned short* kp,
                                           const unsigned short* vp, int key0) {
     unsigned short* sV = sK + FA2_K_HALVES;
@@ -404,11 +465,17 @@ __device__ __forceinline__ void fa2_issue(unsigned short* sK, const unsigned sho
         const int c = threadIdx.x + it * FA2_THREADS;
         if (FA2_K_CHUNKS % FA2_THREADS == 0 || c < FA2_K_CHUNKS) {
             const int r = c / (FA2_D / 8), col = (c % (FA2_D / 8)) * 8;
+#if FA2_DIRECT
+            const bool in = key0 + r < FA2_SK;
+            const long long at = (long long)(in ? key0 + r : 0) * FA2_D + col;
+            arb_cp_async16_zfill(sK + r * FA2_LDK + col, kp + at, in);
+            arb_cp_async16_zfill(sV + r * FA2_LDK + col, vp + at, in);
+#elif FA2_V_TRANSPOSED
             arb_cp_async16(sK + r * FA2_LDK + col, kp + (long long)(key0 + r) * FA2_D + col);
-#if FA2_V_TRANSPOSED
             const int d = c / (FA2_BK / 8), kc = (c % (FA2_BK / 8)) * 8;
             arb_cp_async16(sV + d * FA2_LDV + kc, vp + (long long)d * FA2_SKP + key0 + kc);
 #else
+            arb_cp_async16(sK + r * FA2_LDK + col, kp + (long long)(key0 + r) * FA2_D + col);
             arb_cp_async16(sV + r * FA2_LDK + col, vp + (long long)(key0 + r) * FA2_D + col);
 #endif
         }
@@ -425,24 +492,24 @@ __device__ __forceinline__ void fa2_issue(unsigned short* sK, const unsigned sho
 #define FA2_LAUNCH_BOUNDS __launch_bounds__(FA2_THREADS)
 #endif
 extern "C" __global__ void FA2_LAUNCH_BOUNDS
-fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
-            const float* __restrict__ v, const unsigned short* __restrict__ q16,
+fa2_forward(const arb_store_t* __restrict__ q, const arb_store_t* __restrict__ k,
+            const arb_store_t* __restrict__ v, const unsigned short* __restrict__ q16,
             const unsigned short* __restrict__ k16, const unsigned short* __restrict__ v16,
-            float* __restrict__ o) {
+            arb_store_t* __restrict__ o) {
     extern __shared__ __align__(16) unsigned short fa2_smem[];
     const int warp = threadIdx.x >> 5;
     /* causal: the last query blocks see the most keys; start them first */
     const int qb = FA2_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const long long bh = blockIdx.y;
     const int q0 = qb * FA2_BQ, qw = q0 + warp * 16;
-    const float* qp = q + bh * FA2_SQ * FA2_D;
-    const float* kp = k + bh * FA2_SK * FA2_D;
-    const float* vp = v + bh * FA2_SK * FA2_D;
-    float* op = o + bh * FA2_SQ * FA2_D;
+    const arb_store_t* qp = q + bh * FA2_SQ * FA2_D;
+    const arb_store_t* kp = k + bh * FA2_SK * FA2_D;
+    const arb_store_t* vp = v + bh * FA2_SK * FA2_D;
+    arb_store_t* op = o + bh * FA2_SQ * FA2_D;
 #if FA2_PREPASS
-    const unsigned short* qp16 = q16 + bh * FA2_SQP * FA2_D;
-    const unsigned short* kp16 = k16 + bh * FA2_SKP * FA2_D;
-    const unsigned short* vp16 = v16 + bh * FA2_SKP * FA2_D; /* [SKP][D] or [D][SKP] */
+    const unsigned short* qp16 = q16 + bh * FA2_QROWS * FA2_D;
+    const unsigned short* kp16 = k16 + bh * FA2_KROWS * FA2_D;
+    const unsigned short* vp16 = v16 + bh * FA2_KROWS * FA2_D; /* [rows][D] or [D][SKP] */
     (void)qp; (void)kp; (void)vp;
 #else
     (void)q16; (void)k16; (void)v16;
@@ -671,11 +738,12 @@ fa2_forward(const float* __restrict__ q, const float* __restrict__ k,
         for (int e = 0; e < 8; ++e) {
             const int row = qw + fa2_acc_row(e);
             if (row < FA2_SQ)
-                op[(long long)row * FA2_D + d * 16 + fa2_acc_col(e)] = oacc[d].x[e] * inv[fa2_slot(e)];
+                op[(long long)row * FA2_D + d * 16 + fa2_acc_col(e)] =
+                    arb_store(oacc[d].x[e] * inv[fa2_slot(e)]);
         }
 }
 
-#if FA2_PREPASS
+#if FA2_PREPASS && !FA2_DIRECT
 static unsigned short* fa2_workspace = NULL; /* Q16, K16, V16 (or V^T), allocated on first launch */
 
 static void fa2_release_workspace(void) {
@@ -684,7 +752,7 @@ static void fa2_release_workspace(void) {
 }
 #define ARB_RELEASE_HOOK fa2_release_workspace
 
-static hipError_t fa2_convert_launch(const float* src, unsigned short* dst, int rows,
+static hipError_t fa2_convert_launch(const arb_store_t* src, unsigned short* dst, int rows,
                                      int rows_pad, bool trans, hipStream_t stream) {
     const long long chunks = (long long)FA2_B * FA2_H * rows_pad * (FA2_D / 8);
     long long g = (chunks + FA2_CVT_THREADS - 1) / FA2_CVT_THREADS;
@@ -697,7 +765,8 @@ static hipError_t fa2_convert_launch(const float* src, unsigned short* dst, int 
 }
 #endif
 
-static hipError_t arb_launch(const float* const* in, float* out, hipStream_t stream) {
+static hipError_t arb_launch(const arb_store_t* const* in, arb_store_t* out,
+                             hipStream_t stream) {
     hipError_t e;
     if (FA2_SMEM_BYTES > 48 * 1024) {
         static bool raised = false;
@@ -709,7 +778,11 @@ static hipError_t arb_launch(const float* const* in, float* out, hipStream_t str
         }
     }
     const unsigned short *q16 = NULL, *k16 = NULL, *v16 = NULL;
-#if FA2_PREPASS
+#if FA2_DIRECT /* 16-bit storage is the operand type: the async copies read the tensors */
+    q16 = reinterpret_cast<const unsigned short*>(in[0]);
+    k16 = reinterpret_cast<const unsigned short*>(in[1]);
+    v16 = reinterpret_cast<const unsigned short*>(in[2]);
+#elif FA2_PREPASS
     const long long bh = (long long)FA2_B * FA2_H;
     const size_t qe = (size_t)(bh * FA2_SQP * FA2_D), ke = (size_t)(bh * FA2_SKP * FA2_D);
     if (fa2_workspace == NULL) {

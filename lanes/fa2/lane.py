@@ -41,6 +41,9 @@ def space_for(region: Region, platform: Platform) -> Space:
     """The fa2 space for `region` on `platform` (only the shared-memory limit differs)."""
     limit = SMEM_LIMIT[platform]
     d = region.head_dim if isinstance(region, AttentionRegion) else 64
+    # 16-bit storage is read as the operands: its own type only, 8 elements per 16-byte load
+    precisions = ("f16", "bf16") if region.dtype == "f32" else (region.dtype,)
+    vec = 4 if region.dtype == "f32" else 8
     # defaults: 8 warps x 64 keys on sm_90 at d128 (64 KiB of 227), 32 keys above (a K or V
     # tile held in registers); 4 x 32 fits gfx11's 64 KiB
     cuda = platform is Platform.CUDA
@@ -57,7 +60,7 @@ def space_for(region: Region, platform: Platform) -> Space:
         Tunable("block_q", (32, 64, 128), 16 * warps),
         Tunable("block_k", (32, 64, 128), block_k),
         Tunable("stages", (1, 2, 3), 2),
-        Tunable("precision", ("f16", "bf16"), "f16"),
+        Tunable("precision", precisions, precisions[0]),
     )
     rules = (
         Rule("block_q must be 16 * warps: each warp owns 16 query rows",
@@ -65,15 +68,15 @@ def space_for(region: Region, platform: Platform) -> Space:
         Rule("staging=inline keeps 1 or 2 shared-memory stages (registers prefetch the next "
              "tile); staging=prepass streams 2 or 3 stages of async copies",
              lambda v: v["stages"] <= 2 if v["staging"] == "inline" else v["stages"] >= 2),
-        Rule("inline staging: one K or V tile must split into whole float4 loads per thread",
+        Rule("inline staging: one K or V tile must split into whole 16-byte loads per thread",
              lambda v: v["staging"] != "inline"
-             or (v["block_k"] * d // 4) % (32 * v["warps"]) == 0),
+             or (v["block_k"] * d // vec) % (32 * v["warps"]) == 0),
         Rule(f"K/V stages (and gfx11 Q/P scratch) must fit {limit // 1024} KiB of shared memory",
              lambda v: smem_bytes(platform, d, v) <= limit),
         Rule(f"inline staging holds a K or V tile in registers: at most {MAX_STAGED_FLOAT4} "
-             "float4 per thread (more spills next to the O accumulator)",
+             "16-byte loads per thread (more spills next to the O accumulator)",
              lambda v: v["staging"] != "inline"
-             or v["block_k"] * d // 4 // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
+             or v["block_k"] * d // vec // (32 * v["warps"]) <= MAX_STAGED_FLOAT4),
         Rule("inline staging above head_dim 128 spills (ptxas, nvcc 13: the O accumulator "
              "and a register-held K or V tile do not fit together)",
              lambda v: v["staging"] != "inline" or d <= 128),
@@ -88,6 +91,7 @@ def space_for(region: Region, platform: Platform) -> Space:
 class FA2Lane(GpuLane):
     name = LANE
     precisions = ("f16", "bf16")
+    dtypes = ("f32", "f16", "bf16")
     version = "2"
 
     def applies_to(self, region: Region) -> str | None:

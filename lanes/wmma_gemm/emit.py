@@ -16,7 +16,7 @@ from typing import Any
 
 from arbiter.lane import Config, EmitError, Epilogue, FusedRegion, KernelSource, Platform, Region
 
-from .._gpu.abi import REBUILD, runner_table
+from .._gpu.abi import REBUILD, runner_table, store_defines
 from .._scalar_body import (
     Loop,
     Scalar,
@@ -43,15 +43,15 @@ def _epilogue(region: FusedRegion) -> list[str]:
     body = []
     for op in region.epilogue:
         if op is Epilogue.BIAS:
-            body.append("    v = v + bias[c];")
+            body.append("    v = v + arb_load(bias[c]);")
         else:
             body.append(f"    v = {pointwise(op, 'v')};")
     if region.residual:
-        body.append("    v = v + res[(size_t)r * GEMM_N + c];")
+        body.append("    v = v + arb_load(res[(size_t)r * GEMM_N + c]);")
     return [
         "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
-        "                                              const float* __restrict__ bias,",
-        "                                              const float* __restrict__ res) {",
+        "                                              const arb_store_t* __restrict__ bias,",
+        "                                              const arb_store_t* __restrict__ res) {",
         "    (void)r; (void)c; (void)bias; (void)res;",
         *body,
         "    return v;",
@@ -60,18 +60,22 @@ def _epilogue(region: FusedRegion) -> list[str]:
 
 
 def _row_reduce(region: FusedRegion) -> list[str]:
-    """Second phase: one warp per output row runs the shared row program in place."""
+    """Second phase: one warp per output row runs the shared row program in place on the f32
+    rows the GEMM wrote (the output itself for f32 storage), then rounds them into a 16-bit
+    output."""
     assert region.reduction is not None
     prog = row_program((), False, region.reduction, region.eps)
     lines = [
         f"constexpr int ROW_WARPS = {ROW_WARPS};",
-        "__global__ void __launch_bounds__(ROW_WARPS * 32) row_reduce_kernel(float* out) {",
+        "__global__ void __launch_bounds__(ROW_WARPS * 32)",
+        "row_reduce_kernel(float* rows, arb_store_t* out) {",
         "    constexpr int N = GEMM_N;",
         "    const int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32;",
         "    const int lane = threadIdx.x & 31;",
         "    if (row >= GEMM_M) return;",
-        "    const float* src = out + (size_t)row * N;",
-        "    float* dst = out + (size_t)row * N;",
+        "    const float* src = rows + (size_t)row * N;",
+        "    float* dst = rows + (size_t)row * N;",
+        "    (void)out;",
         "    (void)src;",
     ]
     lines += [f"    float {name} = {accumulator_init(kind)};" for name, kind in prog.accumulators]
@@ -84,6 +88,9 @@ def _row_reduce(region: FusedRegion) -> list[str]:
                 lines.append(f"    {name} = arb_warp_{kind}({name});")
         elif isinstance(step, Scalar):
             lines += [f"    {s}" for s in step.body]
+    if region.dtype != "f32":
+        lines += ["    arb_store_t* o = out + (size_t)row * N;",
+                  "    for (int j = lane; j < N; j += 32) o[j] = arb_store(dst[j]);"]
     lines.append("}")
     return lines
 
@@ -93,6 +100,9 @@ def _check(region: Region, config: Config) -> FusedRegion:
         raise EmitError(f"{LANE}: only matmul-rooted (fused) regions, got {region.kind}")
     if config["precision"] not in ("f16", "bf16"):
         raise EmitError(f"{LANE}: precision {config['precision']!r} not f16/bf16")
+    if region.dtype != "f32" and config["precision"] != region.dtype:
+        raise EmitError(f"{LANE}: {region.dtype} storage computes with {region.dtype} operands, "
+                        f"not {config['precision']}")
     if config["staging"] not in ("inline", "prepass"):
         raise EmitError(f"{LANE}: staging {config['staging']!r} not inline/prepass")
     bm, bn, wm, wn = (int(config[k]) for k in ("block_m", "block_n", "warp_m", "warp_n"))
@@ -123,7 +133,9 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         "HAS_BIAS": int(r.has_bias),
         "HAS_RES": int(r.residual),
         "HAS_REDUCTION": int(r.reduction is not None),
-        "VEC_A": int(r.K % 4 == 0),  # rows of A start 16-byte aligned: float4 loads
+        "HAS_PROLOGUE": int(bool(r.prologue)),
+        "GEMM_NATIVE": int(r.dtype != "f32"),
+        "VEC_A": int(r.K % 4 == 0),  # rows of A start aligned: 4 elements per load
         "VEC_B": int(r.N % 4 == 0),
     }
     lines = [
@@ -138,6 +150,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     ]
     if bf16:
         lines.append("#define ARB_FRAG_BF16 1")
+    lines += store_defines(r).splitlines()
     lines.append('#include "arb_frag.h"')
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     lines.append("")

@@ -58,6 +58,7 @@ LARGE_PRODUCT = 512**3  # M*N*K from which the large-tile prepass default applie
 class WmmaGemmLane(GpuLane):
     name = LANE
     precisions = ("f16", "bf16")
+    dtypes = ("f32", "f16", "bf16")
     version = "1"
 
     def applies_to(self, region: Region) -> str | None:
@@ -71,6 +72,7 @@ class WmmaGemmLane(GpuLane):
         m = region.M if isinstance(region, FusedRegion) else 128
         n = region.N if isinstance(region, FusedRegion) else 128
         k = region.K if isinstance(region, FusedRegion) else 64
+        precisions = self.precisions if region.dtype == "f32" else (region.dtype,)
         bms = _up_to((32, 64, 128, 256), m, 32)
         bns = _up_to((32, 64, 128, 256), n, 32)
         bks = _up_to((16, 32, 64), k, 16)
@@ -85,7 +87,8 @@ class WmmaGemmLane(GpuLane):
                  "warp_m": 32, "warp_n": 64, "threads": 256, "stages": 4}
         d = large if m * n * k >= LARGE_PRODUCT and 128 in bms and 128 in bns else small
         tunables = (
-            Tunable("precision", self.precisions, "f16"),
+            # 16-bit storage is read as the operands: its own type only
+            Tunable("precision", precisions, precisions[0]),
             Tunable("staging", ("inline", "prepass"), d["staging"]),
             Tunable("block_m", bms, d["block_m"]),
             Tunable("block_n", bns, d["block_n"]),

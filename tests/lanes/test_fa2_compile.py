@@ -22,9 +22,21 @@ from arbiter.region import AttentionRegion
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 
 
-def _region(d: int) -> AttentionRegion:
+def _region(d: int, dtype: str = "f32") -> AttentionRegion:
     # causal, seq_q != seq_k and not multiples of any tile: every masking path is compiled
-    return AttentionRegion(2, 3, 100, d, seq_k=77, causal=True, scale=0.2)
+    return AttentionRegion(2, 3, 100, d, seq_k=77, causal=True, scale=0.2, dtype=dtype)
+
+
+def _native(platform: Platform):
+    """16-bit storage: both stagings in f16 and bf16 at d64 and d128 (no conversion)."""
+    out = []
+    for d in (64, 128):
+        for dtype in ("f16", "bf16"):
+            sp = space_for(_region(d, dtype), platform)
+            out.append((_region(d, dtype), sp.default))
+            out.append((_region(d, dtype), sp.complete({**sp.default.as_dict(),
+                                                        "staging": "prepass", "stages": 2})))
+    return out
 
 
 def _rocm_variants():
@@ -40,7 +52,7 @@ def _rocm_variants():
                 (_region(d), sp.complete({**sp.default.as_dict(), "precision": "bf16"})),
                 (_region(d), sp.complete({**sp.default.as_dict(), "staging": "prepass",
                                           "precision": "bf16"}))]
-    return out
+    return out + _native(Platform.ROCM)
 
 
 def _cuda_variants():
@@ -56,7 +68,7 @@ def _cuda_variants():
                 continue  # (prepass only there: the default is one)
             assert sp.violation(config) is None, (d, config, sp.violation(config))
             out.append((_region(d), config))
-    return out
+    return out + _native(Platform.CUDA)
 
 
 @pytest.mark.skipif(toolchain().clang is None, reason="no clang++-19 / clang++ to build gfx ISA")

@@ -51,6 +51,26 @@ def _variants() -> list[tuple[FusedRegion, Config]]:
             config = space.complete(partial)
             if space.violation(config) is None:
                 out.append((region, config))
+    return out + _native()
+
+
+def _native() -> list[tuple[FusedRegion, Config]]:
+    """16-bit storage: both stagings, direct async copies (aligned, no prologue) and the
+    conversion pass (odd shapes, a prologue), a reduction over f32 rows."""
+    regions = (
+        FusedRegion(256, 256, 128, name="bf16_aligned", epilogue=("bias", "gelu"), dtype="bf16"),
+        FusedRegion(33, 65, 31, name="f16_odd", prologue=("silu",), epilogue=("bias",),
+                    residual=True, dtype="f16"),
+        FusedRegion(17, 129, 24, name="bf16_softmax", epilogue=("bias",), reduction="softmax",
+                    dtype="bf16"),
+    )
+    out = []
+    for region in regions:
+        space = lane.space(region)
+        for partial in ({}, {"staging": "prepass", "stages": 3}):
+            config = space.complete({**space.default.as_dict(), **partial})
+            if space.violation(config) is None:
+                out.append((region, config))
     return out
 
 
