@@ -42,6 +42,7 @@ from .region import (
     AttentionRegion,
     Epilogue,
     FusedRegion,
+    GatedRegion,
     Pointwise,
     Reduction,
     Region,
@@ -81,11 +82,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "DEFAULT_BUDGET", "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError",
-    "Config", "EmitError", "Epilogue", "FusedRegion", "InputError", "KernelSource", "Lane",
-    "LaneError", "Measurement", "Platform", "Pointwise", "Reduction", "Region", "RegionError",
-    "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError", "Status", "StoreError",
-    "Tunable", "best", "check", "compare", "get_lane", "input_shapes", "lane_names",
-    "lane_table", "load_spec", "output_shape", "parse_spec", "random_inputs", "reference", "run",
-    "tune", "validate_inputs",
+    "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError", "Config",
+    "DEFAULT_BUDGET", "EmitError", "Epilogue", "FusedRegion", "GatedRegion", "InputError",
+    "KernelSource", "Lane", "LaneError", "Measurement", "Platform", "Pointwise", "Reduction",
+    "Region", "RegionError", "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError",
+    "Status", "StoreError", "Tunable", "best", "check", "compare", "get_lane", "input_shapes",
+    "lane_names", "lane_table", "load_spec", "output_shape", "parse_spec", "random_inputs",
+    "reference", "run", "tune", "validate_inputs"
 ]

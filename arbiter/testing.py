@@ -25,6 +25,7 @@ from .measure import Measurement, build_candidate
 from .region import (
     AttentionRegion,
     FusedRegion,
+    GatedRegion,
     Region,
     RowwiseRegion,
     input_shapes,
@@ -78,6 +79,10 @@ CONFORMANCE_REGIONS: tuple[Region, ...] = (
     AttentionRegion(1, 2, 70, 32, name="f16_attn_top_left_kv_short", seq_k=20,
                     causal="top_left", dtype="f16"),
     AttentionRegion(2, 3, 1, 128, name="bf16_decode", seq_k=1000, dtype="bf16"),
+    # gated feed-forward (SwiGLU / GeGLU)
+    GatedRegion(33, 65, 31, name="gated_odd_silu"),
+    GatedRegion(17, 40, 129, name="gated_gelu_bias", activation="gelu", bias=True),
+    GatedRegion(3, 96, 64, name="bf16_gated_skinny_bias", bias=True, dtype="bf16"),
 )
 
 
@@ -205,13 +210,14 @@ def _bad_inputs(region: Region) -> list[dict[str, np.ndarray]]:
     good = random_inputs(region, 0)
     names = list(input_shapes(region))
     cases: list[dict[str, np.ndarray]] = []
-    first = names[1] if isinstance(region, FusedRegion) else names[0]  # B rows != K for matmuls
+    # B (or Wg) rows != K for matmuls
+    first = names[1] if isinstance(region, (FusedRegion, GatedRegion)) else names[0]
     shape = good[first].shape
     cases.append({**good, first: np.ones((shape[0] + 1,) + shape[1:], good[first].dtype)})
     cases.append({**good, names[0]: good[names[0]].astype(np.float64)})
     if region.dtype != "f32":  # 16-bit storage handed float32 arrays
         cases.append({**good, names[0]: good[names[0]].astype(np.float32)})
-    for optional in ("bias", "residual"):
+    for optional in ("bias", "residual", "bias_u"):
         if optional in good:
             cases.append({k: v for k, v in good.items() if k != optional})
     if isinstance(region, AttentionRegion):

@@ -12,6 +12,7 @@ from ..region import (
     AttentionRegion,
     Epilogue,
     FusedRegion,
+    GatedRegion,
     Pointwise,
     Reduction,
     Region,
@@ -140,9 +141,29 @@ def reference(region: Region, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     return _reference(region, validate_inputs(region, arrays))
 
 
+def _gated(region: GatedRegion, a: Mapping[str, np.ndarray]) -> np.ndarray:
+    """act(A @ Wg + bias_g) * (A @ Wu + bias_u), a block of rows at a time"""
+    wg, wu = a["Wg"].astype(np.float64), a["Wu"].astype(np.float64)
+    bg = a["bias_g"].astype(np.float64) if region.bias else None
+    bu = a["bias_u"].astype(np.float64) if region.bias else None
+    out = np.empty(output_shape(region), np.float64)
+    step = max(1, BLOCK_ELEMENTS // region.N)
+    for s in range(0, region.M, step):
+        x = a["A"][s:s + step].astype(np.float64)
+        gate, up = x @ wg, x @ wu
+        if bg is not None:
+            gate += bg
+            up += bu
+        POINTWISE[region.activation.value](gate)
+        np.multiply(gate, up, out=out[s:s + step])
+    return out
+
+
 def _reference(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
     if isinstance(region, AttentionRegion):
         return _attention(region, *(a[k].astype(np.float64) for k in ("q", "k", "v")))
+    if isinstance(region, GatedRegion):
+        return _gated(region, a)
     if isinstance(region, FusedRegion):
         rows, b = a["A"], a["B"].astype(np.float64)
     elif isinstance(region, RowwiseRegion):

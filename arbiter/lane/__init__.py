@@ -13,6 +13,7 @@ from ..region import (
     AttentionRegion,
     Epilogue,
     FusedRegion,
+    GatedRegion,
     Pointwise,
     Reduction,
     Region,
@@ -41,10 +42,11 @@ from ._values import (
 )
 
 __all__ = [
-    "ENUMERABLE", "HOST_METHOD", "Artifact", "AttentionRegion", "Availability", "BuildError",
-    "Config", "EmitError", "Epilogue", "FusedRegion", "InputError", "KernelSource", "Lane",
-    "Platform", "Pointwise", "Reduction", "Region", "RowwiseRegion", "Rule", "Runner", "Space",
-    "Status", "Tunable", "all_lanes", "build_key", "cached_build", "compiler_identity", "get_lane",
-    "input_shapes", "lane_names", "numpy_dtype", "output_shape", "refusal", "run_tool", "settings",
-    "time_host", "usable_cores", "validate_inputs", "validate_output", "version_text"
+    "Artifact", "AttentionRegion", "Availability", "BuildError", "Config", "ENUMERABLE",
+    "EmitError", "Epilogue", "FusedRegion", "GatedRegion", "HOST_METHOD", "InputError",
+    "KernelSource", "Lane", "Platform", "Pointwise", "Reduction", "Region", "RowwiseRegion",
+    "Rule", "Runner", "Space", "Status", "Tunable", "all_lanes", "build_key", "cached_build",
+    "compiler_identity", "get_lane", "input_shapes", "lane_names", "numpy_dtype", "output_shape",
+    "refusal", "run_tool", "settings", "time_host", "usable_cores", "validate_inputs",
+    "validate_output", "version_text"
 ]

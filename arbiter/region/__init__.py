@@ -9,6 +9,7 @@ from ._region import (
     SHAPE_FIELDS,
     AttentionRegion,
     FusedRegion,
+    GatedRegion,
     Region,
     RowwiseRegion,
     family_of,
@@ -23,8 +24,8 @@ from ._spec import Spec, load_spec, parse_spec, parse_table, region_table
 
 __all__ = [
     "DEFAULT_BUDGET", "DEFAULT_BUDGETS", "DTYPES", "SHAPE_FIELDS", "AttentionRegion", "Epilogue",
-    "FusedRegion", "Pointwise", "Reduction", "Region", "RowwiseRegion", "Spec", "family_of",
-    "input_shapes", "is_real", "load_spec", "numpy_dtype", "output_shape", "parse_op",
+    "FusedRegion", "GatedRegion", "Pointwise", "Reduction", "Region", "RowwiseRegion", "Spec",
+    "family_of", "input_shapes", "is_real", "load_spec", "numpy_dtype", "output_shape", "parse_op",
     "parse_spec", "parse_table", "region_from_canonical", "region_table", "shape_distance",
     "shape_of", "storage_view"
 ]

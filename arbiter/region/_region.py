@@ -19,7 +19,8 @@ from .._errors import RegionError
 from ._dtype import DEFAULT_BUDGETS, DTYPES
 from ._ops import Epilogue, Pointwise, Reduction, parse_op
 
-__all__ = ["DEFAULT_BUDGET", "SHAPE_FIELDS", "AttentionRegion", "FusedRegion", "Region",
+__all__ = ["DEFAULT_BUDGET", "SHAPE_FIELDS", "AttentionRegion", "FusedRegion", "GatedRegion",
+           "Region",
            "RowwiseRegion", "family_of", "input_shapes", "is_real", "output_shape",
            "region_from_canonical", "shape_distance", "shape_of"]
 
@@ -227,6 +228,42 @@ class RowwiseRegion(_Chained):
 
 
 @dataclass(frozen=True)
+class GatedRegion(_Keyed):
+    """act(A @ Wg [+ bias_g]) * (A @ Wu [+ bias_u]) for A[M,K], Wg/Wu[K,N]: the gated
+    feed-forward of Llama-family models (SwiGLU with silu, GeGLU with gelu)."""
+
+    M: int
+    N: int
+    K: int
+    activation: Pointwise = Pointwise.SILU
+    bias: bool = False
+    dtype: str = "f32"
+    name: str = field(default="", compare=False)
+    budget: float | None = field(default=None, compare=False)
+
+    _KIND = "gated"
+    _IDENTITY = ("M", "N", "K", "activation", "bias")
+
+    def __post_init__(self) -> None:
+        r = self.name or "gated region"
+        for d in ("M", "N", "K"):
+            _positive_int(r, d, getattr(self, d))
+        try:
+            act = parse_op(Pointwise, self.activation, f"{r}: activation")
+        except ValueError as e:
+            raise RegionError(str(e)) from None
+        object.__setattr__(self, "activation", act)
+        if not isinstance(self.bias, bool):
+            raise RegionError(f"{r}: bias must be true or false, got {self.bias!r}")
+        object.__setattr__(self, "budget", _check_budget(r, self.budget))
+        _check_dtype(r, self.dtype)
+
+    def describe(self) -> str:
+        return (f"gated{self.M}x{self.N}x{self.K}+{self.activation.value}"
+                + ("+bias" if self.bias else "") + self._dtype_text())
+
+
+@dataclass(frozen=True)
 class AttentionRegion(_Keyed):
     """softmax(scale * Q K^T [+ causal mask]) V for q[b,h,sq,d], k/v[b,h,sk,d].
 
@@ -285,10 +322,10 @@ class AttentionRegion(_Keyed):
                 + self._dtype_text())
 
 
-Region = Union[FusedRegion, RowwiseRegion, AttentionRegion]  # noqa: UP007 (runtime alias on 3.10)
+Region = Union[FusedRegion, RowwiseRegion, GatedRegion, AttentionRegion]  # noqa: UP007
 
 
-SHAPE_FIELDS = {"fused": ("M", "N", "K"), "rowwise": ("M", "N"),
+SHAPE_FIELDS = {"fused": ("M", "N", "K"), "rowwise": ("M", "N"), "gated": ("M", "N", "K"),
                 "attention": ("batch", "heads", "seq_q", "seq_k", "head_dim")}
 
 
@@ -323,6 +360,10 @@ def input_shapes(region: Region) -> dict[str, tuple[int, ...]]:
         return {"q": (b, h, region.seq_q, region.head_dim),
                 "k": (b, h, region.seq_k, region.head_dim),
                 "v": (b, h, region.seq_k, region.head_dim)}
+    if isinstance(region, GatedRegion):
+        m, n, k = region.M, region.N, region.K
+        gated = {"A": (m, k), "Wg": (k, n), "Wu": (k, n)}
+        return {**gated, "bias_g": (n,), "bias_u": (n,)} if region.bias else gated
     if isinstance(region, FusedRegion):
         shapes: dict[str, tuple[int, ...]] = {"A": (region.M, region.K), "B": (region.K, region.N)}
     elif isinstance(region, RowwiseRegion):
@@ -343,7 +384,7 @@ def output_shape(region: Region) -> tuple[int, ...]:
 
 
 _KINDS: dict[str, type] = {"fused": FusedRegion, "rowwise": RowwiseRegion,
-                           "attention": AttentionRegion}
+                           "gated": GatedRegion, "attention": AttentionRegion}
 
 
 def region_from_canonical(canonical: str | dict) -> Region:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import RegionError, SpecError
-from ._region import AttentionRegion, FusedRegion, Region, RowwiseRegion
+from ._region import AttentionRegion, FusedRegion, GatedRegion, Region, RowwiseRegion
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,13 +26,14 @@ _CAUSAL = ((bool, str), "true, false, \"top_left\" or \"bottom_right\"")
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": _STR, "kind": _STR, "shapes": _STR, "reduction": _STR, "prologue": _OPS,
     "epilogue": _OPS, "residual": _BOOL, "causal": _CAUSAL, "eps": _NUM, "scale": _NUM,
-    "budget": _NUM, "dtype": _STR,
+    "budget": _NUM, "dtype": _STR, "activation": _STR, "bias": _BOOL,
     **dict.fromkeys(SIZES, _INT),
 }
 _KINDS = {  # kind -> (class, required fields, optional fields)
     "fused": (FusedRegion, ("M", "N", "K"),
               ("prologue", "epilogue", "residual", "reduction", "eps")),
     "rowwise": (RowwiseRegion, ("M", "N"), ("epilogue", "residual", "reduction", "eps")),
+    "gated": (GatedRegion, ("M", "N", "K"), ("activation", "bias")),
     "attention": (AttentionRegion, ("batch", "heads", "seq_q", "head_dim"),
                   ("seq_k", "causal", "scale")),
 }
@@ -107,7 +108,8 @@ def _region(path: str, index: int, table: object) -> Region:
 
 
 # the sizes a running model changes (tokens, batch, sequence): `shapes = "bucket"` rounds these
-BUCKETED = {"fused": ("M",), "rowwise": ("M",), "attention": ("batch", "seq_q", "seq_k")}
+BUCKETED = {"fused": ("M",), "rowwise": ("M",), "gated": ("M",),
+            "attention": ("batch", "seq_q", "seq_k")}
 MAX_POINTS = 64  # regions one table with size ranges may expand into
 
 

@@ -47,6 +47,7 @@ TRIAL_COLUMNS = [
     "region",
     "region_key",
     "kind",
+    "dtype",
     "environment",
     "lane",
     "platform",
@@ -70,6 +71,11 @@ TRIAL_COLUMNS = [
     "fingerprint",
     "candidate_id",
 ]
+
+
+def _dtype(canonical: str) -> str:
+    """A region's storage dtype from its stored canonical form (f32 when it names none)."""
+    return str(json.loads(canonical).get("dtype", "f32"))
 
 
 def _is_vendor(lane: str) -> bool:
@@ -139,6 +145,7 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
                     "region": r.name or r.key,
                     "region_key": r.key,
                     "kind": r.kind,
+                    "dtype": _dtype(r.canonical),
                     "environment": environment_label(e.details),
                     "lane": lane.name,
                     "platform": lane.platform,
@@ -303,6 +310,7 @@ SUMMARY_COLUMNS = [
     "region",
     "region_key",
     "kind",
+    "dtype",
     "environment",
     "trials",
     "ok",
@@ -384,6 +392,7 @@ def summary(
             "region": first["region"],
             "region_key": key,
             "kind": first["kind"],
+            "dtype": first["dtype"],
             "environment": first["environment"],
             "fingerprint": fp,
             "trials": len(group),

@@ -1,7 +1,8 @@
 """What a region costs: FLOPs and bytes per call, and the ceilings it is measured against.
 
-Bytes count every input read once and the output written once, all float32: the least traffic
-any implementation can have, so achieved GB/s is a lower bound on what the kernel moved.
+Bytes count every input read once and the output written once, in the region's storage dtype:
+the least traffic any implementation can have, so achieved GB/s is a lower bound on what the
+kernel moved.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from dataclasses import dataclass
 from ..region import (
     AttentionRegion,
     FusedRegion,
+    GatedRegion,
     Region,
     RowwiseRegion,
     input_shapes,
+    numpy_dtype,
     output_shape,
     region_from_canonical,
 )
@@ -28,8 +31,6 @@ __all__ = [
     "region_from_canonical",
     "work",
 ]
-
-F32_BYTES = 4
 
 # Ceiling names as stored in the `ceilings` table (values in B/s and FLOP/s).
 BANDWIDTH = "copy_bandwidth"
@@ -54,14 +55,17 @@ def _elements(shape: tuple[int, ...]) -> int:
 def work(region: Region) -> Work:
     """FLOPs and minimum bytes of one call.
 
-    fused: 2*M*N*K (the matmul; the epilogue is noise beside it); rowwise: bytes only;
+    fused: 2*M*N*K (the matmul; the epilogue is noise beside it); gated: 4*M*N*K (two
+    matmuls); rowwise: bytes only;
     attention: 4*B*H*Sq*Sk*D (QK^T and PV), halved when causal.
     """
     moved = sum(_elements(s) for s in input_shapes(region).values())
     moved += _elements(output_shape(region))
-    nbytes = float(moved * F32_BYTES)
+    nbytes = float(moved * numpy_dtype(region.dtype).itemsize)
     if isinstance(region, FusedRegion):
         return Work(2.0 * region.M * region.N * region.K, nbytes)
+    if isinstance(region, GatedRegion):
+        return Work(4.0 * region.M * region.N * region.K, nbytes)
     if isinstance(region, RowwiseRegion):
         return Work(0.0, nbytes)
     if isinstance(region, AttentionRegion):

@@ -30,6 +30,7 @@ from arbiter.lane import (
     Config,
     EmitError,
     FusedRegion,
+    GatedRegion,
     KernelSource,
     Region,
     RowwiseRegion,
@@ -43,6 +44,7 @@ from .._scalar_body import (
     Scalar,
     accumulator_init,
     defines,
+    pointwise,
     prologue_function,
     row_program,
 )
@@ -448,8 +450,118 @@ def _emit_fused(region: FusedRegion, config: Config) -> str:
     return "".join(parts) + runner_tail(region, launches)
 
 
+_GATED_GEMM = """
+/* out[M,N] = act(A @ Wg + bias_g) * (A @ Wu + bias_u): both products of a BM x BN tile in one
+ * block from one A tile in shared memory; thread (ty, tx) owns the same cells of both. */
+__global__ void __launch_bounds__(MM_THREADS) gated_kernel(
+    const float* __restrict__ A, const float* __restrict__ Wg, const float* __restrict__ Wu,
+    const float* __restrict__ bias_g, const float* __restrict__ bias_u, float* __restrict__ C)
+{{
+    __shared__ float As[BK][BM + 4];  /* A tile, transposed: As[k][m] */
+    __shared__ float Gs[BK][BN];
+    __shared__ float Us[BK][BN];
+    const int tid = threadIdx.x;
+    const int tx = tid % (BN / TN);
+    const int ty = tid / (BN / TN);
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    float gate[TM][TN], up[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) gate[i][j] = up[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += BK) {{
+        for (int idx = tid; idx < BM * BK; idx += MM_THREADS) {{
+            const int r = idx / BK, c = idx % BK;
+            const int gr = m0 + r, gc = k0 + c;
+            As[c][r] = (gr < M && gc < K) ? A[(long long)gr * K + gc] : 0.0f;
+        }}
+        for (int idx = tid; idx < BK * BN; idx += MM_THREADS) {{
+            const int r = idx / BN, c = idx % BN;
+            const int gr = k0 + r, gc = n0 + c;
+            const bool in = gr < K && gc < N;
+            Gs[r][c] = in ? Wg[(long long)gr * N + gc] : 0.0f;
+            Us[r][c] = in ? Wu[(long long)gr * N + gc] : 0.0f;
+        }}
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {{
+            float a[TM], g[TN], u[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) a[i] = As[kk][ty + i * (BM / TM)];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {{
+                g[j] = Gs[kk][tx + j * (BN / TN)];
+                u[j] = Us[kk][tx + j * (BN / TN)];
+            }}
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {{
+                    gate[i][j] = fmaf(a[i], g[j], gate[i][j]);
+                    up[i][j] = fmaf(a[i], u[j], up[i][j]);
+                }}
+        }}
+        __syncthreads();
+    }}
+
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {{
+        const int row = m0 + ty + i * (BM / TM);
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {{
+            const int col = n0 + tx + j * (BN / TN);
+            if (col >= N) continue;
+            const float x = gate[i][j]{bias_g};
+            C[(long long)row * N + col] = ({act}) * (up[i][j]{bias_u});
+        }}
+    }}
+    (void)bias_g; (void)bias_u;
+}}
+"""
+
+
+def _emit_gated(region: GatedRegion, config: Config) -> str:
+    bm, bn = parse_pair(config["tile"])
+    tm, tn = parse_pair(config["micro"])
+    bk = int(config["bk"])
+    if bm % tm or bn % tn:
+        raise EmitError(f"{LANE}: tile {bm}x{bn} is not a multiple of micro {tm}x{tn}")
+    threads = (bm // tm) * (bn // tn)
+    if threads > 1024:
+        raise EmitError(f"{LANE}: {threads} threads per block exceeds 1024")
+    idx = {n: i for i, n in enumerate(input_shapes(region))}
+    defs = [
+        ("M", region.M, "rows of A and C"),
+        ("N", region.N, "columns of Wg, Wu and C"),
+        ("K", region.K, "inner dimension"),
+        ("BM", bm, "block tile rows"),
+        ("BN", bn, "block tile columns"),
+        ("BK", bk, "block tile depth"),
+        ("TM", tm, "register tile rows per thread"),
+        ("TN", tn, "register tile columns per thread"),
+        ("MM_THREADS", threads, "threads per block"),
+    ]
+    kernel = _GATED_GEMM.format(bias_g=" + bias_g[col]" if region.bias else "",
+                                bias_u=" + bias_u[col]" if region.bias else "",
+                                act=pointwise(region.activation, "x"))
+    bias = ([f"in[{idx['bias_g']}]", f"in[{idx['bias_u']}]"] if region.bias
+            else ["NULL", "NULL"])
+    args = ", ".join([f"in[{idx['A']}]", f"in[{idx['Wg']}]", f"in[{idx['Wu']}]", *bias, "out"])
+    launches = [
+        "const dim3 mm_grid((N + BN - 1) / BN, (M + BM - 1) / BM);",
+        f"gated_kernel<<<mm_grid, MM_THREADS, 0, stream>>>({args});",
+    ]
+    return (_header(region, config) + _defines(defs) + kernel
+            + runner_tail(region, launches))
+
+
 def emit(region: Region, config: Config) -> KernelSource:
-    if isinstance(region, FusedRegion):
+    if isinstance(region, GatedRegion):
+        text = _emit_gated(region, config)
+    elif isinstance(region, FusedRegion):
         text = _emit_fused(region, config)
     elif isinstance(region, RowwiseRegion):
         text = _emit_rowwise(region, config)

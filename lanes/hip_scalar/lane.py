@@ -8,6 +8,7 @@ from arbiter.lane import (
     Config,
     EmitError,
     FusedRegion,
+    GatedRegion,
     KernelSource,
     Region,
     RowwiseRegion,
@@ -80,10 +81,12 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def _fused_space(region: FusedRegion) -> Space:
+def _fused_space(region: FusedRegion | GatedRegion) -> Space:
+    big = region.M >= 512 and region.N >= 512 and isinstance(region, FusedRegion)
+    acc = 2 if isinstance(region, GatedRegion) else 1  # gated: a gate and an up accumulator
     tunables = (
-        Tunable("tile", TILES, "128x128" if region.M >= 512 and region.N >= 512 else "64x64"),
-        Tunable("micro", MICROS, "8x8" if region.M >= 512 and region.N >= 512 else "4x4"),
+        Tunable("tile", TILES, "128x128" if big else "64x64"),
+        Tunable("micro", MICROS, "8x8" if big else "4x4"),
         Tunable("bk", (8, 16), 8),
     )
 
@@ -95,13 +98,14 @@ def _fused_space(region: FusedRegion) -> Space:
     def pressure(v) -> int:
         bm, bn = parse_pair(v["tile"])
         tm, tn = parse_pair(v["micro"])
-        return tm * tn + (bm + bn) * v["bk"] // threads(v)
+        return acc * tm * tn + (bm + acc * bn) * v["bk"] // threads(v)
 
     rules = (
         Rule("threads per GEMM block = (BM/TM)*(BN/TN) must be 64..256",
              lambda v: 64 <= threads(v) <= 256),
-        Rule("registers: TM*TN accumulators + (BM+BN)*BK/threads staged loads < 80 per thread "
-             "(the gfx1151 gate saw 128x128 tile, 8x8 micro, bk=16 spill)",
+        Rule("registers: TM*TN accumulators + (BM+BN)*BK/threads staged loads (both doubled "
+             "for gated's two B) < 80 per thread (the gfx1151 gate saw 128x128 tile, 8x8 "
+             "micro, bk=16 spill)",
              lambda v: pressure(v) < 80),
     )
     return Space(tunables, rules)
@@ -117,7 +121,7 @@ class HipScalarLane(GpuLane):
         return None
 
     def space(self, region: Region) -> Space:
-        if isinstance(region, FusedRegion):
+        if isinstance(region, (FusedRegion, GatedRegion)):
             return _fused_space(region)
         if isinstance(region, RowwiseRegion):
             return _rowwise_space(region)

@@ -12,6 +12,7 @@ from arbiter.lane import (
     AttentionRegion,
     Epilogue,
     FusedRegion,
+    GatedRegion,
     Reduction,
     Region,
     time_host,
@@ -74,6 +75,11 @@ def compute(region: Region, stored: Mapping[str, np.ndarray]) -> np.ndarray:
 def _compute(region: Region, a: Mapping[str, np.ndarray]) -> np.ndarray:
     if isinstance(region, AttentionRegion):
         return _attention(region, a["q"], a["k"], a["v"])
+    if isinstance(region, GatedRegion):
+        gate, up = a["A"] @ a["Wg"], a["A"] @ a["Wu"]
+        if region.bias:
+            gate, up = gate + a["bias_g"], up + a["bias_u"]
+        return _POINTWISE[region.activation.value](gate) * up
     if isinstance(region, FusedRegion):
         x = a["A"]
         for pre in region.prologue:

@@ -1,4 +1,5 @@
-"""torch as a GPU lane: cuBLAS / hipBLASLt matmul, eager float32 epilogue, SDPA for attention.
+"""torch as a GPU lane: cuBLAS / hipBLASLt matmul, eager epilogue, SDPA for attention, on
+tensors of the region's storage dtype (float32, float16 or bfloat16), as users call them.
 
 A candidate like any other, so a GPU winner is never slower than the library. torch is an
 optional extra (`pip install arbiter-tune[gpu]`); without it, or without a GPU, the lane says so.
@@ -22,6 +23,7 @@ from arbiter.lane import (
     Config,
     Epilogue,
     FusedRegion,
+    GatedRegion,
     KernelSource,
     Platform,
     Reduction,
@@ -80,6 +82,12 @@ def _compute(region: Region, a: Mapping[str, Any], tf32: bool) -> Any:
     if isinstance(region, AttentionRegion):
         return _attention(region, a["q"], a["k"], a["v"])
     pw = _pointwise(torch)
+    if isinstance(region, GatedRegion):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        gate, up = torch.matmul(a["A"], a["Wg"]), torch.matmul(a["A"], a["Wu"])
+        if region.bias:
+            gate, up = gate + a["bias_g"], up + a["bias_u"]
+        return pw[region.activation.value](gate) * up
     if isinstance(region, FusedRegion):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         x = a["A"]
@@ -116,19 +124,28 @@ def _attention(region: AttentionRegion, q: Any, k: Any, v: Any) -> Any:
     return torch.nan_to_num(sdpa(q, k, v, attn_mask=mask, scale=region.scale), nan=0.0)
 
 
+_TORCH_DTYPES: dict[str, Any] = {}
+
+
 class _Runner:
     timing_method = "torch_cuda_events"
 
     def __init__(self, region: Region, tf32: bool) -> None:
         self.region = region
         self.tf32 = tf32
-        self.device = _torch().device("cuda")
+        torch = _torch()
+        self.device = torch.device("cuda")
+        _TORCH_DTYPES.update(f32=torch.float32, f16=torch.float16, bf16=torch.bfloat16)
 
     def _place(self, arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         torch = _torch()
         a = validate_inputs(self.region, arrays)
         # a writable host copy first: the checker's cached inputs are read-only, and torch
-        # warns on (and may not honour) read-only arrays
+        # warns on (and may not honour) read-only arrays; bf16 crosses as its bits (torch
+        # does not know ml_dtypes)
+        if self.region.dtype == "bf16":
+            return {n: torch.from_numpy(np.array(a[n]).view(np.int16)).to(self.device)
+                    .view(torch.bfloat16) for n in input_shapes(self.region)}
         return {n: torch.from_numpy(np.array(a[n])).to(self.device)
                 for n in input_shapes(self.region)}
 
@@ -136,8 +153,12 @@ class _Runner:
         validate_output(self.region, out)
         dev = self._place(inputs)
         try:
-            y = _compute(self.region, dev, self.tf32).float().contiguous()
-            np.copyto(out, y.cpu().numpy())
+            torch = _torch()
+            y = _compute(self.region, dev, self.tf32).contiguous()
+            if self.region.dtype == "bf16":
+                np.copyto(out.view(np.int16), y.to(torch.bfloat16).view(torch.int16).cpu().numpy())
+            else:
+                np.copyto(out, y.to(_TORCH_DTYPES[self.region.dtype]).cpu().numpy())
         except Exception as e:
             raise RuntimeError(f"torch: {type(e).__name__}: {e}") from e
 
@@ -167,7 +188,8 @@ class _Runner:
 
 class TorchLane:
     name = "torch"
-    precisions = ("f32", "tf32")
+    precisions = ("f32", "tf32", "f16", "bf16")
+    dtypes = ("f32", "f16", "bf16")
     version = "1"
 
     @property
@@ -183,7 +205,7 @@ class TorchLane:
         return None
 
     def space(self, region: Region) -> Space:
-        if isinstance(region, FusedRegion):
+        if isinstance(region, (FusedRegion, GatedRegion)) and region.dtype == "f32":
             # TF32 tensor-core matmul: ~3e-4 relative error on unit-variance data, inside the
             # default budget; the search decides whether it is worth it.
             return Space((Tunable("tf32", (False, True), False),))
@@ -191,7 +213,8 @@ class TorchLane:
 
     def emit(self, region: Region, config: Config) -> KernelSource:
         tf32 = bool(config.get("tf32", False))
-        text = f"# torch eager float32 (tf32={tf32}): {region.describe()}\n"
+        what = f"float32 (tf32={tf32})" if region.dtype == "f32" else region.dtype
+        text = f"# torch eager {what}: {region.describe()}\n"
         return KernelSource(self.name, region.key, config, "python", text)
 
     def build(self, source: KernelSource) -> Artifact:

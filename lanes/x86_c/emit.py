@@ -17,6 +17,7 @@ from arbiter.lane import (
     Config,
     EmitError,
     FusedRegion,
+    GatedRegion,
     KernelSource,
     Region,
     RowwiseRegion,
@@ -29,6 +30,7 @@ from .._scalar_body import (
     RowProgram,
     Scalar,
     accumulator_init,
+    pointwise,
     prologue_function,
 )
 from .._scalar_body import defines as _defines
@@ -255,18 +257,7 @@ static inline void micro_kernel(long kc, const float* restrict a, const float* r
 def _emit_fused(region: FusedRegion, config: Config) -> str:
     idx = {name: i for i, name in enumerate(input_shapes(region))}
     prog = _row_program(region.epilogue, region.residual, region.reduction, region.eps)
-    mr, nr = parse_tile(str(config["tile"]))
-    defines = [
-        ("M", region.M, "rows of A and C"),
-        ("N", region.N, "columns of B and C"),
-        ("K", region.K, "inner dimension"),
-        ("THREADS", config["threads"], "OpenMP threads"),
-        ("MC", config["mc"], "rows of C per block (A block kept in L2)"),
-        ("KC", config["kc"], "depth of one packed block"),
-        ("MR", mr, "micro-tile rows"),
-        ("NR", nr, "micro-tile columns"),
-        ("NPANELS", "((N + NR - 1) / NR)", "column panels of B"),
-        ("NPAD", "(NPANELS * NR)", "N rounded up to NR"),
+    defines = _gemm_defines(region, config) + [
         ("WORK_FLOATS", "((long)K * NPAD + (long)MC * KC + 16)", "packed B + packed A block"),
     ]
     run = f"""
@@ -323,8 +314,96 @@ int arbiter_run(const float* const* in, float* out, float* work)
     )
 
 
+def _gemm_defines(region: FusedRegion | GatedRegion, config: Config) -> list:
+    mr, nr = parse_tile(str(config["tile"]))
+    return [
+        ("M", region.M, "rows of A and C"),
+        ("N", region.N, "columns of B and C"),
+        ("K", region.K, "inner dimension"),
+        ("THREADS", config["threads"], "OpenMP threads"),
+        ("MC", config["mc"], "rows of C per block (A block kept in L2)"),
+        ("KC", config["kc"], "depth of one packed block"),
+        ("MR", mr, "micro-tile rows"),
+        ("NR", nr, "micro-tile columns"),
+        ("NPANELS", "((N + NR - 1) / NR)", "column panels of B"),
+        ("NPAD", "(NPANELS * NR)", "N rounded up to NR"),
+    ]
+
+
+_GATED_RUN = """
+long arbiter_workspace_floats(void) {{ return WORK_FLOATS; }}
+
+/* Both products of each block of MC rows with the same packed A: the gate into `out`, the up
+ * projection into `U`; then act(gate + bias_g) * (up + bias_u) per row while both are in
+ * cache. Threads split B panels in the GEMMs and rows in the combine. */
+int arbiter_run(const float* const* in, float* out, float* work)
+{{
+    const float* A = in[{a}];
+    float* Bg = work;
+    float* Bu = Bg + (long)K * NPAD;
+    float* Ap = Bu + (long)K * NPAD;
+    float* U = Ap + (long)MC * KC;
+    #pragma omp parallel num_threads(THREADS)
+    {{
+        pack_b(in[{wg}], Bg);
+        pack_b(in[{wu}], Bu);
+        for (long i0 = 0; i0 < M; i0 += MC) {{
+            const long mc = M - i0 < MC ? M - i0 : MC;
+            const long apanels = (mc + MR - 1) / MR;
+            for (long k0 = 0; k0 < K; k0 += KC) {{
+                const long kc = K - k0 < KC ? K - k0 : KC;
+                pack_a(A, Ap, i0, mc, k0, kc);
+                #pragma omp for schedule(static)
+                for (long jp = 0; jp < NPANELS; ++jp) {{
+                    const long nr = N - jp * NR < NR ? N - jp * NR : NR;
+                    for (long ip = 0; ip < apanels; ++ip) {{
+                        const long mr = mc - ip * MR < MR ? mc - ip * MR : MR;
+                        const float* a = Ap + ip * kc * MR;
+                        const long c = (ip * MR) * N + jp * NR;
+                        micro_kernel(kc, a, Bg + k0 * NPAD + jp * kc * NR, out + i0 * N + c,
+                                     mr, nr, k0 == 0);
+                        micro_kernel(kc, a, Bu + k0 * NPAD + jp * kc * NR, U + c, mr, nr,
+                                     k0 == 0);
+                    }}
+                }}
+            }}
+            #pragma omp for schedule(static)
+            for (long r = i0; r < i0 + mc; ++r) {{
+                float* row = out + r * N;
+                const float* up = U + (r - i0) * N;
+                #pragma omp simd
+                for (long j = 0; j < N; ++j) {{
+                    float g = row[j]{bias_g};
+                    const float u = up[j]{bias_u};
+                    row[j] = ({act}) * u;
+                }}
+            }}
+        }}
+    }}
+    return 0;
+}}
+"""
+
+
+def _emit_gated(region: GatedRegion, config: Config) -> str:
+    idx = {name: i for i, name in enumerate(input_shapes(region))}
+    defines = _gemm_defines(region, config) + [
+        ("WORK_FLOATS", "(2L * K * NPAD + (long)MC * KC + (long)MC * N + 16)",
+         "packed Wg and Wu + packed A block + the up projection of one block"),
+    ]
+    run = _GATED_RUN.format(
+        a=idx["A"], wg=idx["Wg"], wu=idx["Wu"],
+        bias_g=f" + in[{idx['bias_g']}][j]" if region.bias else "",
+        bias_u=f" + in[{idx['bias_u']}][j]" if region.bias else "",
+        act=pointwise(region.activation, "g"))
+    return (_header(region, config) + _includes() + _defines(defines) + "\n"
+            + prologue_function(()) + _GEMM + run)
+
+
 def emit(region: Region, config: Config) -> KernelSource:
-    if isinstance(region, FusedRegion):
+    if isinstance(region, GatedRegion):
+        text = _emit_gated(region, config)
+    elif isinstance(region, FusedRegion):
         text = _emit_fused(region, config)
     elif isinstance(region, RowwiseRegion):
         text = _emit_rowwise(region, config)

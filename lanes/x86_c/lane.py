@@ -12,6 +12,7 @@ from arbiter.lane import (
     Availability,
     Config,
     FusedRegion,
+    GatedRegion,
     KernelSource,
     Platform,
     Region,
@@ -119,7 +120,7 @@ def _space(region: Region) -> Space:
     )
     if isinstance(region, AttentionRegion):
         return Space(common + attention_tunables(), ())
-    if isinstance(region, FusedRegion):
+    if isinstance(region, (FusedRegion, GatedRegion)):
         # tiles no vector width here can hold (12x32 without AVX-512) are not offered at all
         tiles = tuple(t for t in TILES if any(_tile_fits({"tile": t, "vec": v}) for v in vec))
         tunables = common + (

@@ -1,0 +1,261 @@
+"""16-bit tensors and inference shapes on one NVIDIA GPU, in one run (issue 37's numbers).
+
+    python3 bench/dtypes.py [--quick] [--only gemm,attention,decode,gemv] [--out DIR]
+
+Every candidate here is a lane's real artifact on a region stored in bf16 (inputs and output),
+built and loaded the way a sweep does, checked against the float64 oracle within the region's
+default budget before it is timed, and timed by its runner (device events around back-to-back
+launches after warm-up, two input sets rotated; the median of the samples). The baselines are
+torch on the same bf16 tensors in the same run, timed the same way (on one input set: a warmer
+cache than the lanes' two, so the ratios lean towards the baseline):
+  gemm       wmma_gemm, bf16 4096^3 + bias + gelu (a few tilings, prepass = direct async copies)
+             against cuBLAS bf16 matmul alone (torch.matmul, no bias, no gelu)
+  attention  fa2, bf16 b4 h16 s4096 d128, causal and not, against SDPA's flash backend
+  decode     the decode lane (split-KV) and fa2, bf16 seq_q 1 over 4k..32k keys, against SDPA
+             (its default backend choice), with GB/s of Q/K/V/O traffic
+  gemv       the gemv lane, bf16 M = 1, 4, 16 x N = K = 4096, 8192 + bias + gelu, against torch
+             (matmul + bias + gelu eager), with GB/s of A/B/bias/out traffic
+Copy bandwidth is measured in the same run (a 1 GiB device-to-device torch copy, read +
+write bytes over the median time), so "x of copy" is a ratio measured beside the result.
+Writes dtypes.json and dtypes.md under --out (default $OUT, else .) and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from arbiter.check import budget_of, random_inputs, verify
+from arbiter.lane import get_lane, input_shapes, numpy_dtype, output_shape
+from arbiter.measure import Measurement, build_candidate
+from arbiter.region import AttentionRegion, FusedRegion, Region
+
+WARMUP, REPEATS = 5, 30
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def torch_seconds(fn: Callable[[], object]) -> float:
+    import torch
+
+    for _ in range(WARMUP):
+        fn()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(REPEATS + 1)]
+    ev[0].record()
+    for i in range(REPEATS):
+        fn()
+        ev[i + 1].record()
+    ev[-1].synchronize()
+    return median([ev[i].elapsed_time(ev[i + 1]) * 1e-3 for i in range(REPEATS)])
+
+
+def copy_bandwidth() -> float:
+    """Bytes read + written per second by a device-to-device copy of 1 GiB."""
+    import torch
+
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / torch_seconds(lambda: dst.copy_(src))
+
+
+def tensors(region: Region, inputs: dict) -> dict:
+    import torch
+
+    return {n: torch.from_numpy(np.array(a).view(np.int16)).cuda().view(torch.bfloat16)
+            for n, a in inputs.items()}
+
+
+def candidate(lane_name: str, region: Region, config: dict | None, sets) -> dict:
+    """Build, check against the oracle (2 fresh seeds), time: one row."""
+    lane = get_lane(lane_name)
+    why = lane.applies_to(region)
+    if why is not None:
+        return {"lane": lane_name, "why": why}
+    space = lane.space(region)
+    cfg = space.default if config is None else space.complete({**space.default.as_dict(),
+                                                               **config})
+    bad = space.violation(cfg)
+    if bad is not None:
+        return {"lane": lane_name, "config": str(cfg), "why": bad}
+    art = build_candidate(lane, region, cfg)
+    if isinstance(art, Measurement):
+        return {"lane": lane_name, "config": str(cfg), "why": f"{art.status.value}: "
+                f"{art.log.strip()[:300]}"}
+    runner = lane.runner(art, region)
+    try:
+        verdict, _ = verify(runner, region, budget_of(region), [101, 102])
+        row = {"lane": lane_name, "config": str(cfg), "status": verdict.status.value,
+               "rel_error": verdict.rel_error}
+        if verdict.status.value == "ok":
+            row["s"] = median(runner.time(sets, warmup=WARMUP, repeats=REPEATS))
+        return row
+    finally:
+        runner.close()
+
+
+def traffic(region: Region) -> int:
+    size = numpy_dtype(region.dtype).itemsize
+    elems = sum(int(np.prod(s)) for s in input_shapes(region).values())
+    return (elems + int(np.prod(output_shape(region)))) * size
+
+
+def gemm_case(quick: bool) -> dict:
+    import torch
+
+    n = 1024 if quick else 4096
+    region = FusedRegion(n, n, n, epilogue=("bias", "gelu"), dtype="bf16")
+    sets = [random_inputs(region, s) for s in (1, 2)]
+    t = tensors(region, sets[0])
+    cublas = torch_seconds(lambda: torch.matmul(t["A"], t["B"]))
+    tiles = [{}, {"staging": "prepass", "block_m": 128, "block_n": 128, "block_k": 32,
+                  "warp_m": 64, "warp_n": 32, "threads": 256, "stages": 4},
+             {"staging": "prepass", "block_m": 128, "block_n": 256, "block_k": 32,
+              "warp_m": 64, "warp_n": 64, "threads": 256, "stages": 3},
+             {"staging": "prepass", "block_m": 128, "block_n": 128, "block_k": 64,
+              "warp_m": 64, "warp_n": 32, "threads": 256, "stages": 3}]
+    rows = [candidate("wmma_gemm", region, c, sets) for c in tiles]
+    rows.append(candidate("torch", region, None, sets))
+    return {"case": region.describe(), "baseline": "cuBLAS bf16 matmul alone",
+            "baseline_s": cublas, "flops": 2.0 * n ** 3, "rows": rows}
+
+
+def attention_cases(quick: bool) -> list[dict]:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h, s = (1, 4, 1024) if quick else (4, 16, 4096)
+    out = []
+    for causal in (False, True):
+        region = AttentionRegion(b, h, s, 128, causal=causal, dtype="bf16")
+        sets = [random_inputs(region, x) for x in (1, 2)]
+        t = tensors(region, sets[0])
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            flash = torch_seconds(lambda t=t, c=causal: torch.nn.functional
+                                  .scaled_dot_product_attention(t["q"], t["k"], t["v"],
+                                                                is_causal=c))
+        configs = [{}, {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 64,
+                        "stages": 2},
+                   {"staging": "prepass", "warps": 8, "block_q": 128, "block_k": 64,
+                    "stages": 2},
+                   {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 64,
+                    "stages": 3},
+                   {"staging": "inline", "warps": 8, "block_q": 128, "block_k": 64,
+                    "stages": 2}]
+        rows = [candidate("fa2", region, c, sets) for c in configs]
+        f = 4.0 * b * h * s * s * 128 / (2 if causal else 1)
+        out.append({"case": region.describe(), "baseline": "SDPA flash bf16",
+                    "baseline_s": flash, "flops": f, "rows": rows})
+    return out
+
+
+def decode_cases(quick: bool) -> list[dict]:
+    import torch
+
+    shapes = [(2, 8, 4096), (8, 32, 4096)] if quick else [
+        (2, 8, 4096), (4, 16, 16384), (8, 32, 8192), (2, 8, 32768), (8, 32, 32768)]
+    out = []
+    for b, h, sk in shapes:
+        for causal in (False,) if quick else (False, True):
+            region = AttentionRegion(b, h, 1, 128, seq_k=sk, causal=causal, dtype="bf16")
+            sets = [random_inputs(region, x) for x in (1, 2)]
+            t = tensors(region, sets[0])
+            # seq_q 1, bottom-right: the one query sees every key, so no mask is needed; SDPA
+            # picks its own backend, as a user calling it would get
+            sdpa = torch_seconds(lambda t=t: torch.nn.functional.scaled_dot_product_attention(
+                t["q"], t["k"], t["v"]))
+            rows = [candidate("decode", region, None, sets), candidate("fa2", region, None, sets)]
+            out.append({"case": region.describe(), "baseline": "SDPA bf16",
+                        "baseline_s": sdpa, "bytes": traffic(region), "rows": rows})
+    return out
+
+
+def gemv_cases(quick: bool) -> list[dict]:
+    import torch
+
+    out = []
+    for n in (4096,) if quick else (4096, 8192):
+        for m in (1, 4, 16):
+            region = FusedRegion(m, n, n, epilogue=("bias", "gelu"), dtype="bf16")
+            sets = [random_inputs(region, x) for x in (1, 2)]
+            t = tensors(region, sets[0])
+            eager = torch_seconds(lambda t=t: torch.nn.functional.gelu(
+                torch.matmul(t["A"], t["B"]) + t["bias"], approximate="tanh"))
+            rows = [candidate("gemv", region, None, sets),
+                    candidate("wmma_gemm", region, None, sets)]
+            out.append({"case": region.describe(), "baseline": "torch matmul+bias+gelu bf16",
+                        "baseline_s": eager, "bytes": traffic(region), "rows": rows})
+    return out
+
+
+def table(cases: list[dict], copy_bps: float) -> str:
+    lines = ["| case | lane | config | rel error | time | vs baseline | rate |",
+             "|---|---|---|---|---|---|---|"]
+    for c in cases:
+        base = c["baseline_s"]
+        rate = (f"{c['flops'] / base / 1e12:.0f} TFLOP/s" if "flops" in c
+                else f"{c['bytes'] / base / 1e9:.0f} GB/s ({c['bytes'] / base / copy_bps:.2f} "
+                     "of copy)")
+        lines.append(f"| {c['case']} | {c['baseline']} | | | {base * 1e6:.1f} us | 1.00 | "
+                     f"{rate} |")
+        for r in c["rows"]:
+            if "s" not in r:
+                lines.append(f"| | {r['lane']} | {r.get('config', '')} | "
+                             f"{r.get('rel_error') or ''} | - | - | "
+                             f"{r.get('status', '')} {r.get('why', '')[:120]} |")
+                continue
+            s = r["s"]
+            rate = (f"{c['flops'] / s / 1e12:.0f} TFLOP/s" if "flops" in c
+                    else f"{c['bytes'] / s / 1e9:.0f} GB/s ({c['bytes'] / s / copy_bps:.2f} "
+                         "of copy)")
+            lines.append(f"| | {r['lane']} | {r['config']} | {r['rel_error']:.2e} | "
+                         f"{s * 1e6:.1f} us | {base / s:.2f} | {rate} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    ap.add_argument("--only", default="gemm,attention,decode,gemv")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: this benchmark needs one", file=sys.stderr)
+        return 1
+    t0 = time.time()
+    copy_bps = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name(0)}: copy {copy_bps / 1e9:.0f} GB/s", flush=True)
+    parts = set(args.only.split(","))
+    cases: list[dict] = []
+    if "gemm" in parts:
+        cases.append(gemm_case(args.quick))
+    if "attention" in parts:
+        cases += attention_cases(args.quick)
+    if "decode" in parts:
+        cases += decode_cases(args.quick)
+    if "gemv" in parts:
+        cases += gemv_cases(args.quick)
+    md = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, copy "
+          f"{copy_bps / 1e9:.0f} GB/s, {time.time() - t0:.0f} s\n\n" + table(cases, copy_bps))
+    print(md, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dtypes.md").write_text(md + "\n")
+    (out / "dtypes.json").write_text(json.dumps({"copy_bps": copy_bps, "cases": cases},
+                                                indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
