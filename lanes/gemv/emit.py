@@ -1,0 +1,141 @@
+"""HIP-dialect source for the gemv lane: constants + generated prologue/epilogue +
+gemv_kernel.hip + runner ABI.
+
+The kernel text lives beside this module (`gemv_kernel.hip`). emit writes the header comment,
+the storage-type define, the compile-time constants of one (region, config), including the
+shared-memory plan that `plan` computes (the lane's rules read the same numbers), and the
+per-region device functions: the prologue is `lanes._scalar_body.prologue_function` and the
+epilogue its `pointwise`, so the math is the one definition every lane renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arbiter.lane import Config, EmitError, Epilogue, FusedRegion, KernelSource, Platform, Region
+
+from .._gpu.abi import REBUILD, runner_table, store_defines
+from .._scalar_body import pointwise, prologue_function
+
+__all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "Plan", "emit", "load_bytes", "plan"]
+
+LANE = "gemv"
+MAX_M = 16
+ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+A_CHUNK_FLOATS = 4096  # 16 KiB of prologue(A) staged per chunk of K
+_KERNEL = Path(__file__).with_name("gemv_kernel.hip")
+
+
+def _dtype(region: Region) -> str:
+    return getattr(region, "dtype", "f32")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Shared-memory use of one block; mirrors the static_asserts of gemv_kernel.hip."""
+
+    kc: int  # rows of K whose prologue(A) is staged at once
+    rm: int  # rows of M whose warp partials are added per round
+    smem_floats: int
+
+    @property
+    def smem_bytes(self) -> int:
+        return 4 * self.smem_floats
+
+
+def plan(m: int, config: Config | Mapping[str, Any]) -> Plan:
+    threads, cols, unroll = (int(config[k]) for k in ("threads", "cols", "unroll"))
+    mp = (m + 3) // 4 * 4
+    step = threads // 32 * unroll
+    kc = max(step, A_CHUNK_FLOATS // mp // step * step)
+    row = threads * cols  # one row of M of every warp's partial sums
+    rm = max(1, min(m, A_CHUNK_FLOATS // row))
+    return Plan(kc, rm, max(kc * mp, rm * row))
+
+
+def load_bytes(cols: int, dtype: str) -> int | None:
+    """Bytes of one vector load of B: 16, or 8 for 4 columns of 16-bit storage; None if the
+    columns are no whole number of either."""
+    row = cols * ELEM_BYTES[dtype]
+    return 16 if row % 16 == 0 else 8 if row == 8 else None
+
+
+def _epilogue(region: FusedRegion) -> list[str]:
+    body = []
+    for op in region.epilogue:
+        if op is Epilogue.BIAS:
+            body.append("    v = v + arb_load(bias[c]);")
+        else:
+            body.append(f"    v = {pointwise(op, 'v')};")
+    if region.residual:
+        body.append("    v = v + arb_load(res[(size_t)r * GEMV_N + c]);")
+    return [
+        "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
+        "                                              const arb_store_t* __restrict__ bias,",
+        "                                              const arb_store_t* __restrict__ res) {",
+        "    (void)r; (void)c; (void)bias; (void)res;",
+        *body,
+        "    return v;",
+        "}",
+    ]
+
+
+def _check(region: Region, config: Config) -> FusedRegion:
+    if not isinstance(region, FusedRegion):
+        raise EmitError(f"{LANE}: only matmul-rooted (fused) regions, got {region.kind}")
+    if region.M > MAX_M:
+        raise EmitError(f"{LANE}: M = {region.M} > {MAX_M}")
+    if region.reduction is not None:
+        raise EmitError(f"{LANE}: no terminal row reduction ({region.reduction.value})")
+    dtype = _dtype(region)
+    if dtype not in ELEM_BYTES:
+        raise EmitError(f"{LANE}: storage dtype {dtype!r} not among {list(ELEM_BYTES)}")
+    cols, threads = int(config["cols"]), int(config["threads"])
+    if load_bytes(cols, dtype) is None or threads % 32:
+        raise EmitError(f"{LANE}: cols * element bytes must be 8 or a multiple of 16 and threads "
+                        f"whole warps (cols={cols}, threads={threads}, {dtype})")
+    return region
+
+
+def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
+    r = _check(region, config)
+    p = plan(r.M, config)
+    consts = {
+        "GEMV_M": r.M,
+        "GEMV_N": r.N,
+        "GEMV_K": r.K,
+        "GEMV_COLS": int(config["cols"]),
+        "GEMV_THREADS": int(config["threads"]),
+        "GEMV_SPLIT_K": int(config["split_k"]),
+        "GEMV_UNROLL": int(config["unroll"]),
+        "GEMV_LOAD_BYTES": load_bytes(int(config["cols"]), _dtype(r)),
+        "GEMV_KC": p.kc,
+        "GEMV_RM": p.rm,
+        "GEMV_SMEM_FLOATS": p.smem_floats,
+        "HAS_BIAS": int(r.has_bias),
+        "HAS_RES": int(r.residual),
+    }
+    lines = [
+        f"/* arbiter lane {LANE}: generated, do not edit.",
+        f" * region key: {r.key}",
+        f" * region:     {r.describe()} dtype={_dtype(r)}",
+        f" * config:     {config}",
+        f" * emitted on: {platform.value} (the text is the same for rocm and cuda); "
+        f"shared memory {p.smem_bytes} bytes per block",
+        *REBUILD,
+        " */",
+    ]
+    lines += store_defines(r).splitlines()
+    lines.append('#include "arb_gpu.h"')
+    lines += [f"#define {k} {v}" for k, v in consts.items()]
+    lines.append("")
+    lines += runner_table(r).splitlines()
+    lines.append("")
+    lines += prologue_function(r.prologue, "__device__ __forceinline__").splitlines()
+    lines.append("")
+    lines += _epilogue(r)
+    text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
+    return KernelSource(LANE, r.key, config, "hip", text)

@@ -1,0 +1,113 @@
+"""Compile gate (no GPU needed): gemv variants across M, storage dtypes, column widths, unrolls
+and K splits become gfx1151 ISA with no scratch (clang++-19) and sm_90 PTX with 16-byte loads
+of B (nvcc); the space's defaults and declines hold on both platforms."""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from arbiter.lanes._gpu import detect
+from arbiter.lanes._gpu.build import device_asm, isa_resources
+from arbiter.lanes._gpu.detect import toolchain
+from arbiter.lanes.gemv import lane
+from arbiter.lanes.gemv.emit import ELEM_BYTES, emit, load_bytes
+
+from arbiter import FusedRegion
+from arbiter.lane import AttentionRegion, Config, Platform
+
+WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+REGIONS = (
+    FusedRegion(1, 4096, 4096, name="m1_gelu", epilogue=("bias", "gelu"), dtype="bf16"),
+    FusedRegion(3, 4097, 1001, name="m3_odd", prologue=("silu",), epilogue=("bias", "tanh"),
+                residual=True, dtype="f16"),
+    FusedRegion(8, 8192, 8192, name="m8", epilogue=("silu",), residual=True),
+    FusedRegion(16, 4096, 4096, name="m16_bf16", epilogue=("bias", "gelu"), dtype="bf16"),
+    FusedRegion(16, 1029, 333, name="m16_f32", prologue=("sigmoid",), epilogue=("relu",)),
+)
+# Axes that change the kernel text: column width (8- and 16-byte loads), unroll, threads, split.
+SPREAD = ({}, {"split_k": 1}, {"unroll": 2, "threads": 128}, {"cols": 16, "unroll": 1},
+          {"cols": 4, "threads": 512, "split_k": 4})
+
+
+def _on(platform: Platform, monkeypatch) -> None:
+    monkeypatch.setattr(detect, "gpu_platform", lambda: platform)
+
+
+def _variants(platform: Platform) -> list[tuple[FusedRegion, Config]]:
+    out = []
+    for region in REGIONS:
+        space = lane.space(region)
+        for partial in SPREAD:
+            config = space.complete(partial)
+            if space.violation(config) is None:
+                out.append((region, config))
+    return out
+
+
+def _vector_bytes(region: FusedRegion, config: Config) -> int:
+    """Bytes per load of B the kernel should use: 0 where rows of B are not vector-aligned."""
+    size = load_bytes(config["cols"], region.dtype)
+    return size if size and region.N % (size // ELEM_BYTES[region.dtype]) == 0 else 0
+
+
+def _compile_all(platform: Platform) -> list[tuple[str, Config, int, str]]:
+    def one(item):
+        region, config = item
+        return (region.name, config, _vector_bytes(region, config),
+                device_asm(emit(region, config, platform).text, platform))
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(one, _variants(platform)))
+
+
+@pytest.mark.parametrize("platform", [Platform.ROCM, Platform.CUDA])
+def test_defaults_valid_and_axes_covered(platform, monkeypatch) -> None:
+    _on(platform, monkeypatch)
+    for region in REGIONS:
+        space = lane.space(region)
+        assert space.violation(space.default) is None, region.name
+    configs = [c for _, c in _variants(platform)]
+    assert len(configs) >= 12
+    assert {c["split_k"] for c in configs} >= {1, 4}
+    assert len({c["cols"] for c in configs}) >= 2
+
+
+def test_declines_what_it_does_not_compute() -> None:
+    assert lane.applies_to(FusedRegion(16, 64, 64)) is None
+    assert "M = 17" in lane.applies_to(FusedRegion(17, 64, 64))
+    assert "softmax" in lane.applies_to(FusedRegion(4, 64, 64, reduction="softmax"))
+    assert lane.applies_to(AttentionRegion(1, 1, 16, 64)) is not None
+    assert set(lane.dtypes) == {"f32", "f16", "bf16"}
+
+
+@pytest.mark.skipif(toolchain().clang is None, reason="clang++ (19) not installed: no gfx ISA")
+def test_gfx1151_isa_has_no_scratch(monkeypatch) -> None:
+    _on(Platform.ROCM, monkeypatch)
+    for name, config, vector, asm in _compile_all(Platform.ROCM):
+        where = f"{name} [{config}]"
+        res = isa_resources(asm)
+        assert any("gemv_kernel" in k for k in res), f"{where}: no gemv_kernel in the ISA"
+        for kernel, r in res.items():
+            assert r.get("scratch", 0) == 0, f"{where}: {kernel} uses scratch {r}"
+            assert r.get("vgpr_spills", 0) == 0, f"{where}: {kernel} spills VGPRs {r}"
+        assert re.search(r"\.amdhsa_private_segment_fixed_size\s+0\b", asm), where
+        if vector:
+            assert re.search(rf"global_load_b{8 * vector}\b", asm), f"{where}: no vector loads"
+
+
+@pytest.mark.skipif(toolchain().nvcc is None, reason="nvcc not installed: no PTX")
+def test_sm90_ptx_loads_b_in_vectors(monkeypatch) -> None:
+    _on(Platform.CUDA, monkeypatch)
+    for name, config, vector, ptx in _compile_all(Platform.CUDA):
+        where = f"{name} [{config}]"
+        assert ".entry" in ptx and "gemv_kernel" in ptx, where
+        if vector:
+            width = "v4" if vector == 16 else "v2"
+            assert re.search(rf"ld\.global(\.nc)?\.{width}\.(u32|b32|f32)", ptx), (
+                f"{where}: no {vector}-byte loads of B")
+        if config["split_k"] > 1:
+            assert "atom.global.add.u32" in ptx or "atom.add" in ptx, f"{where}: no ticket"
