@@ -19,9 +19,7 @@ from arbiter.measure import Measurement, build_candidate
 from arbiter.region import AttentionRegion, FusedRegion, output_shape
 from arbiter.testing import CONFORMANCE_REGIONS, LaneConformance
 
-# Storage dtypes the region type knows (f32 only until regions carry one).
-DTYPES = tuple(d for d in lane.dtypes
-               if d == "f32" or "dtype" in getattr(AttentionRegion, "__dataclass_fields__", {}))
+DTYPES = lane.dtypes
 
 # Decode shapes: few queries, long and odd key counts, both causal alignments.
 DECODE_REGIONS = (
@@ -30,8 +28,11 @@ DECODE_REGIONS = (
     AttentionRegion(2, 2, 5, 128, name="dec_five_top_left", seq_k=777, causal="top_left"),
     AttentionRegion(1, 2, 16, 96, name="dec_sixteen_causal", seq_k=301, causal=True,
                     scale=0.3),
+    AttentionRegion(2, 4, 1, 128, name="dec_bf16_one_query", seq_k=2049, dtype="bf16"),
+    AttentionRegion(1, 3, 3, 64, name="dec_f16_causal", seq_k=1500, causal=True, dtype="f16"),
 )
 REGIONS = CONFORMANCE_REGIONS + DECODE_REGIONS
+SAMPLED = CONFORMANCE_REGIONS[::3] + DECODE_REGIONS
 
 
 def _ids(regions) -> list[str]:
@@ -49,7 +50,7 @@ class TestDecodeLane(LaneConformance):
     def test_default_matches_oracle(self, lane, region) -> None:
         super().test_default_matches_oracle(lane, region)
 
-    @pytest.mark.parametrize("region", REGIONS[::3], ids=_ids(REGIONS[::3]))
+    @pytest.mark.parametrize("region", SAMPLED, ids=_ids(SAMPLED))
     def test_sampled_configs_match_oracle(self, lane, region) -> None:
         super().test_sampled_configs_match_oracle(lane, region)
 
@@ -123,14 +124,19 @@ def test_edges_match_oracle(region, dtype) -> None:
     _check(_stored(region, dtype))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("config", [
+TILINGS = [
     {"split_keys": 64, "warps": 1, "keys_per_thread": 1, "queries_per_block": 1},
     {"split_keys": 128, "warps": 2, "keys_per_thread": 2, "queries_per_block": 2},
     {"split_keys": 256, "warps": 8, "keys_per_thread": 1, "queries_per_block": 8},
     {"split_keys": 512, "warps": 4, "keys_per_thread": 4, "queries_per_block": 4},
-    {"split_keys": 2048, "warps": 8, "keys_per_thread": 8, "queries_per_block": 1},
-], ids=lambda c: "s{split_keys}w{warps}k{keys_per_thread}q{queries_per_block}".format(**c))
+    {"split_keys": 1024, "warps": 8, "keys_per_thread": 8, "queries_per_block": 1},
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", TILINGS,
+                         ids=lambda c: "s{split_keys}w{warps}k{keys_per_thread}q{queries_per_block}"
+                         .format(**c))
 @pytest.mark.parametrize("causal", [False, True, "top_left"])
 def test_splits_and_tilings_match_oracle(config, causal) -> None:
     """seq_k 1000 is a multiple of no split: the last chunk is ragged, and 5 queries leave a
@@ -218,6 +224,12 @@ def test_every_edge_default_is_valid(platform) -> None:
         for dtype in DTYPES:
             space = space_for(_stored(region, dtype), platform)
             assert space.violation(space.default) is None, (region.name, dtype)
+
+
+def test_tilings_tested_on_the_gpu_are_valid() -> None:
+    space = lane.space(AttentionRegion(2, 2, 5, 128, seq_k=1000))
+    for config in TILINGS:
+        assert space.violation(space.complete(config)) is None, config
 
 
 def test_default_split_fills_the_h200() -> None:

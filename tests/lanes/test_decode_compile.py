@@ -1,6 +1,6 @@
 """Compile gate (no GPU needed): decode variants become gfx1151 ISA with no scratch and no
-calls (clang++-19), and sm_90 code whose ptxas report shows no spills, for every storage dtype
-the region type knows, both causal alignments and the head_dims whose rows pad a lane group."""
+calls (clang++-19), and sm_90 code whose ptxas report shows no spills, for every storage dtype,
+both causal alignments and the head_dims whose rows pad a lane group."""
 
 from __future__ import annotations
 
@@ -18,26 +18,11 @@ from arbiter.lanes.decode import lane
 from arbiter.lanes.decode.emit import emit
 from arbiter.lanes.decode.lane import space_for
 
-from arbiter.lane import EmitError, Platform, run_tool
+from arbiter.lane import Platform, run_tool
 from arbiter.region import AttentionRegion
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 KERNELS = ("dec_split", "dec_combine")
-
-
-def _dtypes() -> tuple[str, ...]:
-    """The storage dtypes this tree can emit (16-bit ones need arb_gpu.h's arb_store_t)."""
-    out = []
-    for d in lane.dtypes:
-        if d != "f32" and "dtype" not in getattr(AttentionRegion, "__dataclass_fields__", {}):
-            continue
-        try:
-            emit(_stored(_region(64), d), space_for(_region(64), Platform.CUDA).default,
-                 Platform.CUDA)
-        except EmitError:
-            continue
-        out.append(d)
-    return tuple(out)
 
 
 def _region(d: int, sq: int = 5, causal: bool | str = True) -> AttentionRegion:
@@ -53,7 +38,7 @@ def _variants(platform: Platform):
     """Per dtype: the default at d128 (both alignments, one query and five), the configs
     holding the most registers, and head_dims 8, 24, 200, 256."""
     out = []
-    for dtype in _dtypes():
+    for dtype in lane.dtypes:
         for sq, causal in ((1, False), (5, True), (5, "top_left"), (16, True)):
             r = _stored(_region(128, sq, causal), dtype)
             sp = space_for(r, platform)
