@@ -12,7 +12,7 @@ from arbiter.lanes._gpu.build import device_asm, isa_resources
 from arbiter.lanes._gpu.detect import toolchain
 from arbiter.lanes.hip_scalar import lane
 
-from arbiter import AttentionRegion, FusedRegion, RowwiseRegion
+from arbiter import AttentionRegion, FusedRegion, GatedRegion, RowwiseRegion
 from arbiter.lane import Platform
 from arbiter.region import load_spec
 
@@ -27,6 +27,8 @@ EXTRA_ROWWISE = (
     RowwiseRegion(64, 1000, name="gate_layer_norm", residual=True, reduction="layer_norm"),
     RowwiseRegion(64, 301, name="gate_rmsnorm", epilogue=("silu",), reduction="rmsnorm"),
 )
+# The gated kernel (two accumulators per cell): its default and its heaviest configs.
+GATED = GatedRegion(100, 300, 70, name="gate_gated", activation="gelu", bias=True)
 
 
 def _gemm_weight(config) -> int:
@@ -78,6 +80,8 @@ def _variants():
             if kind not in best or _row_weight(r, c) > _row_weight(r, best[kind]):
                 best[kind] = c
         out += [(r, c) for c in best.values()]
+    gated = sorted(lane.space(GATED).configs(), key=_gemm_weight)
+    out += [(GATED, c) for c in [lane.space(GATED).default, *gated[-2:]]]
     return out
 
 

@@ -133,3 +133,14 @@ def test_run_reads_bf16_npz_inputs_and_writes_a_bf16_output(tmp_path):
     assert np.array_equal(got["A"].view(np.uint16), a["A"].view(np.uint16))
     ref = reference(r, {k: v for k, v in got.items() if k != "out"})
     assert compare(got["out"], ref, DEFAULT_BUDGETS["bf16"]).status is Status.OK
+
+
+def test_nearest_never_crosses_dtypes_or_kinds():
+    from arbiter.region import GatedRegion, shape_distance
+
+    a = FusedRegion(64, 32, 16, epilogue=("bias",), dtype="bf16")
+    assert shape_distance(a, FusedRegion(128, 32, 16, epilogue=("bias",), dtype="bf16")) == 1.0
+    assert shape_distance(a, FusedRegion(64, 32, 16, epilogue=("bias",))) == float("inf")
+    g = GatedRegion(64, 32, 16)
+    assert shape_distance(g, GatedRegion(32, 32, 16)) == 1.0
+    assert shape_distance(g, GatedRegion(32, 32, 16, activation="gelu")) == float("inf")
