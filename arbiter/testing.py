@@ -81,7 +81,7 @@ CONFORMANCE_REGIONS: tuple[Region, ...] = (
     AttentionRegion(2, 3, 1, 128, name="bf16_decode", seq_k=1000, dtype="bf16"),
     # gated feed-forward (SwiGLU / GeGLU)
     GatedRegion(33, 65, 31, name="gated_odd_silu"),
-    GatedRegion(17, 40, 129, name="gated_gelu_bias", activation="gelu", bias=True),
+    GatedRegion(17, 40, 129, name="gated_gelu_bias", activation=P.GELU, bias=True),
     GatedRegion(3, 96, 64, name="bf16_gated_skinny_bias", bias=True, dtype="bf16"),
 )
 

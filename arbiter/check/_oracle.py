@@ -151,7 +151,7 @@ def _gated(region: GatedRegion, a: Mapping[str, np.ndarray]) -> np.ndarray:
     for s in range(0, region.M, step):
         x = a["A"][s:s + step].astype(np.float64)
         gate, up = x @ wg, x @ wu
-        if bg is not None:
+        if bg is not None and bu is not None:
             gate += bg
             up += bu
         POINTWISE[region.activation.value](gate)

@@ -362,7 +362,7 @@ def input_shapes(region: Region) -> dict[str, tuple[int, ...]]:
                 "v": (b, h, region.seq_k, region.head_dim)}
     if isinstance(region, GatedRegion):
         m, n, k = region.M, region.N, region.K
-        gated = {"A": (m, k), "Wg": (k, n), "Wu": (k, n)}
+        gated: dict[str, tuple[int, ...]] = {"A": (m, k), "Wg": (k, n), "Wu": (k, n)}
         return {**gated, "bias_g": (n,), "bias_u": (n,)} if region.bias else gated
     if isinstance(region, FusedRegion):
         shapes: dict[str, tuple[int, ...]] = {"A": (region.M, region.K), "B": (region.K, region.N)}

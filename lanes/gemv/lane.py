@@ -88,10 +88,9 @@ class GemvLane(GpuLane):
 
     def space(self, region: Region) -> Space:
         platform = self.platform
-        fused = isinstance(region, FusedRegion)
-        m, n, k = (region.M, region.N, region.K) if fused else (1, 4096, 4096)
-        dtype = getattr(region, "dtype", "f32")
-        dtype = dtype if dtype in ELEM_BYTES else "f32"
+        m, n, k = ((region.M, region.N, region.K) if isinstance(region, FusedRegion)
+                   else (1, 4096, 4096))
+        dtype = region.dtype
         esize = ELEM_BYTES[dtype]
         rules = (
             Rule(f"cols * {esize} bytes must be whole 16-byte loads of B (or one 8-byte load)",
