@@ -125,7 +125,13 @@ class WmmaGemmLane(GpuLane):
         )
         space = Space(tunables, rules)
         if d is large and space.violation(space.default) is not None:
-            return self._small_default(space, small)
+            space = self._small_default(space, small)
+        if space.violation(space.default) is not None:
+            # (gfx11's prefetch limit refuses the small default's 32x64 tile over 64 threads):
+            # the first valid config in the space's order instead
+            valid = next((c for c in space.configs() if space.violation(c) is None), None)
+            if valid is not None:
+                space = self._small_default(space, valid.as_dict())
         return space
 
     @staticmethod

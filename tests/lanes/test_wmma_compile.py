@@ -116,3 +116,17 @@ def test_sm90_ptx_has_mma() -> None:
         assert "ldmatrix.sync.aligned" in ptx, f"{name} [{config}]: no ldmatrix"
         if "staging=prepass" in config:
             assert "cp.async.cg.shared.global" in ptx, f"{name} [{config}]: no cp.async"
+
+
+@pytest.mark.parametrize("platform", [Platform.ROCM, Platform.CUDA])
+def test_defaults_keep_the_lanes_own_rules_at_every_shape(platform) -> None:
+    class On(type(lane)):  # the same lane, seen from the other platform
+        pass
+
+    On.platform = platform  # type: ignore[assignment]
+    seen = On()
+    for m in (1, 3, 16, 33, 512, 4096):
+        for dtype in ("f32", "bf16"):
+            region = FusedRegion(m, 4096, 4096, epilogue=("bias", "gelu"), dtype=dtype)
+            space = seen.space(region)
+            assert space.violation(space.default) is None, (platform, m, dtype)
