@@ -1,6 +1,6 @@
 """16-bit tensors and inference shapes on one NVIDIA GPU, in one run (issue 37's numbers).
 
-    python3 bench/dtypes.py [--quick] [--only gemm,attention,decode,gemv] [--out DIR]
+    python3 bench/dtypes.py [--quick] [--only gemm,attention,head_dims,decode,gemv] [--out DIR]
 
 Every candidate here is a lane's real artifact on a region stored in bf16 (inputs and output),
 built and loaded the way a sweep does, checked against the float64 oracle within the region's
@@ -11,6 +11,7 @@ cache than the lanes' two, so the ratios lean towards the baseline):
   gemm       wmma_gemm, bf16 4096^3 + bias + gelu (a few tilings, prepass = direct async copies)
              against cuBLAS bf16 matmul alone (torch.matmul, no bias, no gelu)
   attention  fa2, bf16 b4 h16 s4096 d128, causal and not, against SDPA's flash backend
+  head_dims  fa2's default at d80, d96, d256 (b2 h16 s2048), against SDPA's flash backend
   decode     the decode lane (split-KV) and fa2, bf16 seq_q 1 over 4k..32k keys, against SDPA
              (its default backend choice), with GB/s of Q/K/V/O traffic
   gemv       the gemv lane, bf16 M = 1, 4, 16 x N = K = 4096, 8192 + bias + gelu, against torch
@@ -183,6 +184,12 @@ def plans(parts: set[str], quick: bool) -> list[dict]:
             out.append({"region": r, "jobs": [("fa2", c) for c in FA2_CONFIGS],
                         "baseline": "SDPA flash bf16", "call": _sdpa(causal, True),
                         "flops": 4.0 * b * h * s * s * 128 / (2 if causal else 1)})
+    if "head_dims" in parts:  # fa2 beyond the powers of two (its default config)
+        b, h, s = (1, 4, 512) if quick else (2, 16, 2048)
+        for d in (80, 96, 256):
+            r = AttentionRegion(b, h, s, d, dtype="bf16")
+            out.append({"region": r, "jobs": [("fa2", None)], "baseline": "SDPA flash bf16",
+                        "call": _sdpa(False, True), "flops": 4.0 * b * h * s * s * d})
     if "decode" in parts:
         shapes = [(2, 8, 4096), (8, 32, 4096)] if quick else [
             (2, 8, 4096), (4, 16, 16384), (8, 32, 8192), (2, 8, 32768), (8, 32, 32768)]
@@ -241,7 +248,7 @@ def table(cases: list[dict], copy_bps: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
-    ap.add_argument("--only", default="gemm,attention,decode,gemv")
+    ap.add_argument("--only", default="gemm,attention,head_dims,decode,gemv")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     import torch
