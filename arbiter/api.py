@@ -84,7 +84,8 @@ def _precision(lane: str, config: dict[str, Any]) -> str:
 
 def empty_row(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
     """A region's row with no winner in it: the keys every row of `tune` and `best` has."""
-    return {"region": region.name or region.key, "region_key": region.key, "lane": None,
+    return {"region": region.name or region.key, "region_key": region.key,
+            "dtype": region.dtype, "lane": None,
             "config": None, "precision": None, "latency_ms": None, "latency_low_ms": None,
             "latency_high_ms": None, "spread_ms": None, "rel_error": None, "budget": budget,
             "status": status, "tie": False, "verdict": None, "unstable": False, "load": None,

@@ -9,7 +9,8 @@ from ..check import budget_of
 from ._table import print_json, print_table
 from .tune import table_row
 
-COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "interval_ms", "rel_error",
+COLUMNS = ["region", "dtype", "lane", "config", "precision", "latency_ms", "interval_ms",
+           "rel_error",
            "status"]
 
 

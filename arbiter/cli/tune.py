@@ -5,7 +5,8 @@ import argparse
 from ..api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
 from ._table import print_json, print_table
 
-COLUMNS = ["region", "lane", "config", "precision", "latency_ms", "interval_ms", "rel_error",
+COLUMNS = ["region", "dtype", "lane", "config", "precision", "latency_ms", "interval_ms",
+           "rel_error",
            "status", "new_trials"]
 
 

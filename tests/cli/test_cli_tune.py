@@ -43,7 +43,7 @@ def test_tune_best_run_on_the_examples(env, tmp_path):
     rows = json.loads(p.stdout)
     assert len(rows) == 10 and all(r["lane"] == "numpy" and r["status"] == "ok" for r in rows)
     table = arbiter(env, "tune", EXAMPLES, "--lanes", "numpy", "--trials", "1").stdout
-    assert table.splitlines()[0].split()[:4] == ["region", "lane", "config", "precision"]
+    assert table.splitlines()[0].split()[:5] == ["region", "dtype", "lane", "config", "precision"]
     best = json.loads(arbiter(env, "best", EXAMPLES, "--json").stdout)
     assert [b["region"] for b in best] == [r["region"] for r in rows]
     for b in best:
