@@ -130,3 +130,19 @@ def test_sm90_ptx_has_mma_and_no_spills() -> None:
         if m is None or m.group(1) != "0" or m.group(2) != "0":
             bad.append(f"d{region.head_dim} {config}: spills\n{section[:400]}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("platform", [Platform.ROCM, Platform.CUDA])
+def test_defaults_keep_the_lanes_own_rules(platform) -> None:
+    """Small and large regions (the large-region default differs on sm_90) at every head_dim;
+    a default that broke a rule made applies_to refuse d256 at b2 h16 s2048 on the H200."""
+    for d in (16, 32, 64, 80, 96, 128, 160, 256):
+        for b, h, s in ((1, 2, 100), (2, 16, 2048), (4, 16, 4096)):
+            for dtype in ("f32", "bf16"):
+                r = AttentionRegion(b, h, s, d, dtype=dtype)
+                space = space_for(r, platform)
+                problem = space.violation(space.default)
+                if platform is Platform.ROCM and d > 128:
+                    assert problem is not None  # no gfx11 tiling there: the lane declines
+                else:
+                    assert problem is None, (platform, d, b, h, s, dtype, problem)

@@ -18,7 +18,8 @@ from arbiter.testing import CONFORMANCE_REGIONS, LaneConformance
 pytestmark = pytest.mark.gpu
 
 BF16_BUDGET = 1e-2  # bf16 operands land at 2e-3..5e-3 relative error on unit-variance data
-FUSED = tuple(r for r in CONFORMANCE_REGIONS if isinstance(r, FusedRegion))
+# f32 storage: the operand precision is a choice there (16-bit storage computes in its own)
+FUSED = tuple(r for r in CONFORMANCE_REGIONS if isinstance(r, FusedRegion) and r.dtype == "f32")
 EDGES = (
     FusedRegion(1, 1, 1, name="one", epilogue=("bias",)),
     FusedRegion(130, 70, 257, name="ragged", prologue=("sigmoid",), epilogue=("relu",),
