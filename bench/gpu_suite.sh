@@ -4,6 +4,7 @@
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh tune    # every lane on examples/regions.toml
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh picks   # GPU lanes at benchmark scale (h200_picks.toml)
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh workers # `tune --workers`: one worker per GPU
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh dtypes  # bf16 storage, decode and GEMV (bench/dtypes.py)
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,9 @@ for step in "$@"; do
       python3 -m arbiter jobs 1 --db "sqlite:///$out/workers.db" | tee "$out/workers_job.txt"
       python3 -m arbiter tune examples/regions.toml --workers $((gpus + 1)) \
         --db "sqlite:///$out/workers.db" 2>&1 | tee "$out/workers_refused.txt" ;;
-    *) echo "unknown step $step (tests, tune, picks, workers)"; exit 2 ;;
+    dtypes)
+      timeout 560 python3 bench/dtypes.py --out "$out" >"$out/dtypes.txt" 2>&1
+      echo "dtypes: rc=$? in $((SECONDS - t0)) s"; tail -40 "$out/dtypes.md" ;;
+    *) echo "unknown step $step (tests, tune, picks, workers, dtypes)"; exit 2 ;;
   esac
 done
