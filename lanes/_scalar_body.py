@@ -98,21 +98,32 @@ def _operands(epilogue, has_residual: bool) -> tuple[Operand, ...]:
     return tuple(ops)
 
 
-def _chain(epilogue, has_residual: bool) -> list[str]:
-    lines = ["float v = src[j];"]
+def _read(load: str, element: str) -> str:
+    return f"{load}({element})" if load else element
+
+
+def _chain(epilogue, has_residual: bool, src_load: str, operand_load: str) -> list[str]:
+    lines = [f"float v = {_read(src_load, 'src[j]')};"]
     for op in epilogue:
         if op is Epilogue.BIAS:
-            lines.append("v = v + bias[j];")
+            lines.append(f"v = v + {_read(operand_load, 'bias[j]')};")
         else:
             lines.append(f"v = {pointwise(op, 'v')};")
     if has_residual:
-        lines.append("v = v + res[j];")
+        lines.append(f"v = v + {_read(operand_load, 'res[j]')};")
     return lines
 
 
-def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: float) -> RowProgram:
-    """The per-row program: chain -> residual -> reduction, in the region's order."""
-    chain = _chain(epilogue, residual)
+def row_program(epilogue, residual: bool, reduction: Reduction | None, eps: float, *,
+                src_load: str = "", operand_load: str = "") -> RowProgram:
+    """The per-row program: chain -> residual -> reduction, in the region's order.
+
+    `src_load` and `operand_load` name a C function `float f(T)` wrapped around every read of
+    `src[j]` and of the operands (`bias[j]`, `res[j]`): how a lane reads a storage type other
+    than float (e.g. `arb_load` for 16-bit storage). Empty: the row is read as float. `dst` is
+    always a float row, so the program's re-reads of it never convert.
+    """
+    chain = _chain(epilogue, residual, src_load, operand_load)
     ops = _operands(epilogue, residual)
     eps_c = f"{float(eps)!r}f"
     if reduction is None:

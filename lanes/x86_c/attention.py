@@ -1,4 +1,6 @@
-"""Plain f32 C attention for the x86 C lane: the correctness-first candidate on CPU.
+"""Plain C attention for the x86 C lane: the correctness-first candidate on CPU. Computes in
+f32 whatever the storage: q, k and v convert as they are read, each output value is rounded
+once (emit.py's `arb_load` / `arb_store`).
 
 One query row per OpenMP iteration; keys are visited in blocks of KEY_BLOCK with an online
 softmax (running max `m`, running sum `l`, the output row rescaled once per block), so a row
@@ -15,32 +17,38 @@ from __future__ import annotations
 from arbiter.lane import AttentionRegion, Config, EmitError, KernelSource, Region, Tunable
 
 from .._scalar_body import attention_defines, visible_keys
+from .emit import storage_prelude
 
 __all__ = ["attention_tunables", "emit_attention"]
 
 _KERNEL_HEAD = r"""
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <string.h>
 """
 
 _KERNEL = r"""
 long arbiter_workspace_floats(void) { return 1; }
 
-static void attend_row(const float* restrict qr, const float* restrict kb,
-                       const float* restrict vb, float* restrict orow, long nkeys)
+static void attend_row(const arb_store_t* restrict qs, const arb_store_t* restrict kb,
+                       const arb_store_t* restrict vb, arb_store_t* restrict orow, long nkeys)
 {
+    float qr[D];
     float acc[D];
     float s[KEY_BLOCK];
     float m = -INFINITY, l = 0.0f;
+    #pragma omp simd
+    for (long d = 0; d < D; ++d) qr[d] = arb_load(qs[d]);
     for (long d = 0; d < D; ++d) acc[d] = 0.0f;
     for (long j0 = 0; j0 < nkeys; j0 += KEY_BLOCK) {
         const long nb = nkeys - j0 < KEY_BLOCK ? nkeys - j0 : KEY_BLOCK;
         float bm = -INFINITY;
         for (long j = 0; j < nb; ++j) {
-            const float* kr = kb + (j0 + j) * D;
+            const arb_store_t* kr = kb + (j0 + j) * D;
             float dot = 0.0f;
             #pragma omp simd reduction(+:dot)
-            for (long d = 0; d < D; ++d) dot += qr[d] * kr[d];
+            for (long d = 0; d < D; ++d) dot += qr[d] * arb_load(kr[d]);
             s[j] = dot * SCALE;
             bm = s[j] > bm ? s[j] : bm;
         }
@@ -51,24 +59,24 @@ static void attend_row(const float* restrict qr, const float* restrict kb,
         for (long d = 0; d < D; ++d) acc[d] *= alpha;
         for (long j = 0; j < nb; ++j) {
             const float p = expf(s[j] - mnew);
-            const float* vr = vb + (j0 + j) * D;
+            const arb_store_t* vr = vb + (j0 + j) * D;
             l += p;
             #pragma omp simd
-            for (long d = 0; d < D; ++d) acc[d] += p * vr[d];
+            for (long d = 0; d < D; ++d) acc[d] += p * arb_load(vr[d]);
         }
         m = mnew;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  /* no visible key -> zeros */
     #pragma omp simd
-    for (long d = 0; d < D; ++d) orow[d] = acc[d] * inv;
+    for (long d = 0; d < D; ++d) orow[d] = arb_store(acc[d] * inv);
 }
 
-int arbiter_run(const float* const* in, float* out, float* work)
+int arbiter_run(const arb_store_t* const* in, arb_store_t* out, float* work)
 {
     (void)work;
-    const float* q = in[0];
-    const float* k = in[1];
-    const float* v = in[2];
+    const arb_store_t* q = in[0];
+    const arb_store_t* k = in[1];
+    const arb_store_t* v = in[2];
     #pragma omp parallel for schedule(SCHEDULE) num_threads(THREADS)
     for (long r = 0; r < BH * SQ; ++r) {
         const long bh = r / SQ, i = r % SQ;
@@ -102,6 +110,7 @@ def emit_attention(region: Region, config: Config, header: str,
         header
         + "".join(f"#define {k} {v}\n" for k, v in defines.items())
         + _KERNEL_HEAD
+        + storage_prelude(region.dtype)
         + visible_keys("long")
         + _KERNEL
     )

@@ -80,8 +80,8 @@ class X86CLane:
     name = "x86_c"
     platform = Platform.CPU
     precisions = ("f32",)
-    dtypes = ("f32",)  # 16-bit storage: not yet generated (the numpy lane computes it)
-    version = "1"
+    dtypes = ("f32", "f16", "bf16")  # storage; the generated C computes in f32 for all three
+    version = "2"
 
     def available(self) -> Availability:
         ok, why = _build.probe(settings().cc)

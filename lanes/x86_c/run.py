@@ -1,4 +1,7 @@
-"""ctypes runner: validate every array, then hand plain pointers to the generated C."""
+"""ctypes runner: validate every array, then hand plain pointers to the generated C.
+
+Arrays travel in the region's storage dtype (f32, f16 or bf16 bits) both ways; only the
+workspace is f32."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from arbiter.lane import (
     Artifact,
     Region,
     input_shapes,
+    numpy_dtype,
     output_shape,
     time_host,
     validate_inputs,
@@ -74,7 +78,8 @@ class CRunner:
         self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
     ) -> list[float]:
         prepared = [self._pointers(s) for s in input_sets]
-        outs = [np.empty(output_shape(self.region), np.float32) for _ in prepared]
+        outs = [np.empty(output_shape(self.region), numpy_dtype(self.region.dtype))
+                for _ in prepared]
         return time_host(lambda i: self._call(prepared[i][1], outs[i]), len(prepared),
                          warmup=warmup, repeats=repeats)
 

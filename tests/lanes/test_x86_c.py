@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,18 +10,28 @@ import numpy as np
 import pytest
 
 from arbiter import (
+    AttentionRegion,
     FusedRegion,
+    GatedRegion,
     InputError,
     Measurement,
     RowwiseRegion,
     Status,
     random_inputs,
 )
-from arbiter.check import compare, fresh_seeds, poison, reference
+from arbiter.check import (
+    budget_of,
+    compare,
+    fresh_seeds,
+    frobenius,
+    poison,
+    reference,
+    untouched_count,
+)
 from arbiter.cli import main as cli_main
 from arbiter.lane import get_lane
 from arbiter.measure import Worker, build_candidate
-from arbiter.region import output_shape
+from arbiter.region import numpy_dtype, output_shape
 from arbiter.settings import override
 from arbiter.testing import LaneConformance
 
@@ -46,7 +57,9 @@ class TestX86CConformance(LaneConformance):
     lane_name = "x86_c"
 
 
-def _verdict(lane, region, overrides, seed=0, budget=1e-5):
+def _run(lane, region, overrides, inputs):
+    """The lane's output for `inputs` under config `overrides`, in the storage dtype, from a
+    poisoned buffer."""
     config = lane.space(region).complete(overrides)
     problem = lane.space(region).violation(config)
     if problem:  # (a tile for AVX-512's 32 vector registers, on a CPU without them)
@@ -55,13 +68,17 @@ def _verdict(lane, region, overrides, seed=0, budget=1e-5):
     assert not isinstance(built, Measurement), built.log
     runner = lane.runner(built, region)
     try:
-        inputs = random_inputs(region, seed)
-        out = np.empty(output_shape(region), np.float32)
+        out = np.empty(output_shape(region), numpy_dtype(region.dtype))
         poison(out)
         runner.run(inputs, out)
-        return compare(out, reference(region, inputs), budget)
+        return out
     finally:
         runner.close()
+
+
+def _verdict(lane, region, overrides, seed=0, budget=1e-5):
+    inputs = random_inputs(region, seed)
+    return compare(_run(lane, region, overrides, inputs), reference(region, inputs), budget)
 
 
 def test_every_example_region_passes_check(lane, capsys):
@@ -78,7 +95,7 @@ def test_every_example_region_passes_check(lane, capsys):
         (FusedRegion(61, 70, 300, prologue=("tanh",), epilogue=("bias",), residual=True),
          {"tile": "6x16", "mc": 48, "kc": 128, "threads": 1}),
         (FusedRegion(97, 33, 129, epilogue=("relu",), reduction="layer_norm"),
-         {"tile": "6x32", "mc": 48, "kc": 128, "vec": 256}),
+         {"tile": "6x16", "mc": 48, "kc": 128, "vec": 256}),
         (FusedRegion(5, 1, 7, reduction="softmax"), {}),
         (RowwiseRegion(3, 1, reduction="softmax"), {"row_block": 64}),
         (RowwiseRegion(7, 33, epilogue=("bias", "sigmoid"), reduction="rmsnorm"),
@@ -101,8 +118,17 @@ def test_fast_math_error_is_measured_not_assumed(lane):
         assert m.status is Status.OK, m.log
         assert m.rel_error is not None and 0 <= m.rel_error < 1e-5
         assert m.max_abs is not None
-    assert "-ffast-math" in lane.emit(region, space.complete({"fast_math": True})).options
-    assert "-ffast-math" not in lane.emit(region, space.default).options
+    assert "-fassociative-math" in lane.emit(region, space.complete({"fast_math": True})).options
+    assert "-fassociative-math" not in lane.emit(region, space.default).options
+
+
+def test_a_fast_math_kernel_leaves_the_process_fp_mode_alone(lane):
+    # -ffast-math itself would link crtfastmath.o, which sets flush-to-zero and
+    # denormals-are-zero for the whole process on load
+    region = RowwiseRegion(3, 40, epilogue=("gelu",), reduction="softmax")
+    subnormal = np.float32(1e-40)
+    assert _verdict(lane, region, {"fast_math": True}).status is Status.OK
+    assert subnormal * np.float32(1.0) == subnormal
 
 
 def _checked(lane, region, config) -> Measurement:
@@ -236,7 +262,8 @@ def test_generated_c_is_readable(lane):
     assert region.key in text and region.describe() in text and str(config) in text
     for define in ("#define M ", "#define N ", "#define K ", "#define MC ", "#define KC "):
         assert define in text
-    assert "int arbiter_run(const float* const* in, float* out, float* work)" in text
+    assert ("int arbiter_run(const arb_store_t* const* in, arb_store_t* out, float* work)"
+            in text)
     assert "#pragma omp simd reduction(+:row_sq)" in text
     assert "static inline float prologue(float x)" in text
 
@@ -253,3 +280,138 @@ def test_a_compiler_that_cannot_build_openmp_objects_is_unavailable(lane, tmp_pa
         av = lane.available()
     assert not av and "cannot build OpenMP shared objects" in av.reason
     assert not list(tmp_path.rglob("*.so"))  # a failed probe is not cached as a success
+
+
+# -- 16-bit storage ---------------------------------------------------------------------------
+
+SIXTEEN = ("f16", "bf16")
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN)
+@pytest.mark.parametrize(
+    ("region", "overrides"),
+    [
+        # reduction after bias and residual; two row blocks (second partial), three K blocks
+        (FusedRegion(61, 70, 300, prologue=("tanh",), epilogue=("bias", "gelu"), residual=True,
+                     reduction="layer_norm"),
+         {"tile": "6x16", "mc": 48, "kc": 128, "threads": 1}),
+        (FusedRegion(97, 33, 129, prologue=("silu",), epilogue=("relu",), reduction="softmax"),
+         {"tile": "6x16", "mc": 48, "kc": 128, "vec": 256}),
+        (FusedRegion(5, 1, 7, epilogue=("bias",), residual=True, reduction="rmsnorm"), {}),
+        (RowwiseRegion(13, 1031, epilogue=("bias", "tanh"), residual=True, reduction="rmsnorm"),
+         {"stream": True, "row_block": 4}),
+        (RowwiseRegion(7, 33, epilogue=("sigmoid",), reduction="layer_norm"),
+         {"stream": False, "schedule": "static", "row_block": 1}),
+        (GatedRegion(61, 40, 129, activation="gelu", bias=True),
+         {"tile": "6x16", "mc": 48, "kc": 128}),
+    ],
+    ids=["fused_prologue_residual_layernorm", "fused_softmax", "fused_n1_rmsnorm",
+         "row_residual_rmsnorm_stream", "row_layernorm", "gated_bias"],
+)
+def test_16bit_storage_costs_only_the_output_rounding(lane, dtype, region, overrides):
+    region = dataclasses.replace(region, dtype=dtype)
+    inputs = random_inputs(region, 7)
+    out = _run(lane, region, overrides, inputs)
+    ref = reference(region, inputs)
+    v = compare(out, ref, budget_of(region, None))
+    assert v.status is Status.OK, (v.status, v.rel_error, v.detail)
+    # the kernel computes in f32: its error is the 16-bit rounding of the exact result, plus
+    # f32 noise far below it
+    rounded = ref.astype(numpy_dtype(dtype)).astype(np.float64)
+    floor = frobenius(rounded - ref) / frobenius(ref)
+    assert v.rel_error <= 1.05 * floor + 1e-5, (v.rel_error, floor)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN)
+@pytest.mark.parametrize(
+    ("region", "overrides"),
+    [
+        (FusedRegion(61, 70, 300, epilogue=("bias",), reduction="softmax"),
+         {"tile": "6x16", "mc": 48, "kc": 128}),
+        (RowwiseRegion(13, 1031, epilogue=("gelu",)), {"stream": True, "row_block": 4}),
+        (RowwiseRegion(13, 1031, epilogue=("gelu",)), {"stream": False}),
+        (GatedRegion(61, 40, 33), {"tile": "6x16", "mc": 48}),
+        (AttentionRegion(1, 2, 37, 64, seq_k=53, causal=True), {"key_block": 32}),
+    ],
+    ids=["fused", "row_stream", "row", "gated", "attention"],
+)
+def test_poisoned_16bit_output_is_overwritten(lane, dtype, region, overrides):
+    region = dataclasses.replace(region, dtype=dtype)
+    out = _run(lane, region, overrides, random_inputs(region, 3))
+    assert untouched_count(out) == 0
+    assert np.isfinite(out.astype(np.float32)).all()
+
+
+def _same_bits(got, want):
+    """Equal storage bits, except that any NaN matches any NaN."""
+    nan = np.isnan(want.astype(np.float32))
+    assert (np.isnan(got.astype(np.float32)) == nan).all()
+    bits = np.uint16
+    assert (got.view(bits)[~nan] == want.view(bits)[~nan]).all(), (
+        np.flatnonzero(got.view(bits) != want.view(bits))[:10])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("dtype", SIXTEEN)
+def test_every_16bit_value_loads_and_sums_round_to_nearest_even(lane, dtype, stream):
+    # X + residual over all 2^16 bit patterns (zeros, subnormals, inf, NaN) against a shuffle
+    # of them: one f32 add, whose rounding to 16 bits is the correctly rounded exact sum
+    # (double rounding through f32 is innocuous for one add: 24 >= 2 * 11 + 2). So the lane
+    # must match numpy's rounding of the float64 sum bit for bit, ties to even included.
+    region = RowwiseRegion(256, 256, residual=True, dtype=dtype)
+    storage = numpy_dtype(dtype)
+    x = np.arange(1 << 16, dtype=np.uint16).view(storage).reshape(256, 256)
+    res = np.random.default_rng(5).permutation(x.reshape(-1)).reshape(256, 256)
+    out = _run(lane, region, {"stream": stream}, {"X": x, "residual": res})
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = x.astype(np.float64) + res.astype(np.float64)
+        want = exact.astype(storage)
+        # ties: the exact sum sits halfway between `want` and the other 16-bit neighbour
+        got = want.astype(np.float64)
+        other = 2 * exact - got
+        tie = (np.isfinite(exact) & np.isfinite(got) & (exact != got)
+               & (other.astype(storage).astype(np.float64) == other))
+    _same_bits(out, want)
+    assert tie.sum() > 100  # the inputs do exercise ties, and each went to the even neighbour
+    assert not (out.view(np.uint16)[tie] & 1).any()
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN)
+def test_gemm_output_rounds_to_nearest_even(lane, dtype):
+    # K = 1: each output is one product of two 16-bit values, exact in f32, so the stored
+    # result is numpy's rounding of the exact product, bit for bit; across row blocks and
+    # ragged panels of the GEMM
+    region = FusedRegion(61, 70, 1, dtype=dtype)
+    inputs = random_inputs(region, 11)
+    out = _run(lane, region, {"tile": "6x16", "mc": 48}, inputs)
+    want = (inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)).astype(
+        numpy_dtype(dtype))
+    _same_bits(out, want)
+
+
+def test_16bit_nan_and_inf_pass_through(lane):
+    region = RowwiseRegion(2, 37, residual=True, dtype="bf16")
+    inputs = random_inputs(region, 1)
+    inputs["X"][0, 3] = np.nan
+    inputs["X"][1, 5] = np.inf
+    out = _run(lane, region, {}, inputs).astype(np.float32)
+    assert np.isnan(out[0, 3]) and out[1, 5] == np.inf
+    assert np.isfinite(np.delete(out.reshape(-1), [3, 37 + 5])).all()
+
+
+def test_f32_path_is_unchanged(lane):
+    # f32 storage: the GEMM accumulates straight into `out` and rows finish in place; the
+    # conversions are the identity (inlined), no C block, no extra rounding pass
+    fused = FusedRegion(33, 65, 31, epilogue=("bias", "gelu"), residual=True, reduction="rmsnorm")
+    text = lane.emit(fused, lane.space(fused).default).text
+    assert "typedef float arb_store_t;" in text
+    assert "float* C = out + i0 * N;" in text
+    assert "store_row" not in text and "Cb" not in text
+    assert "#define WORK_FLOATS ((long)K * NPAD + (long)MC * KC + 16)" in text
+    row = RowwiseRegion(7, 33, epilogue=("bias",), reduction="softmax")
+    text = lane.emit(row, lane.space(row).complete({"stream": False})).text
+    assert "row_program(X + r * N, out + r * N, in[1]);" in text and "store_row" not in text
+    bf16 = FusedRegion(33, 65, 31, epilogue=("bias", "gelu"), residual=True,
+                       reduction="rmsnorm", dtype="bf16")
+    text16 = lane.emit(bf16, lane.space(bf16).default).text
+    assert "typedef uint16_t arb_store_t;" in text16 and "store_row(out + r * N, row);" in text16
