@@ -111,8 +111,8 @@ def test_numpy_lane_in_every_dtype_is_within_the_default_budget(dtype):
 def test_lanes_that_compute_f32_only_decline_16_bit_in_one_line():
     from arbiter.lane import refusal
 
-    why = refusal(get_lane("x86_c"), FusedRegion(4, 4, 4, dtype="f16"))
-    assert why == "x86_c computes f32 storage, not f16"
+    why = refusal(get_lane("hip_scalar"), FusedRegion(4, 4, 4, dtype="f16"))
+    assert why == "hip_scalar computes f32 storage, not f16"
     assert refusal(get_lane("numpy"), FusedRegion(4, 4, 4, dtype="bf16")) is None
 
 
