@@ -1,13 +1,16 @@
-"""`arbiter emit`: print a lane's generated source for one region, or its assembly (--asm).
+"""`arbiter emit`: print a lane's generated source for one region, or its assembly (--asm),
+or write the shared object a ROCm machine would load (--shared).
 
 GPU sources print the same text for either platform; with --asm they become AMDGPU ISA (rocm,
 clang++ -x hip --cuda-device-only -S) or PTX (cuda, nvcc -ptx). C sources become gcc -S output.
+--shared links a GPU lane's source for ROCm: host wrapper plus the gfxNNNN code object.
 No GPU is needed for any of it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -27,9 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tunable value (repeatable); others take the lane's defaults")
     p.add_argument("--platform", choices=_PLATFORMS,
                    help="GPU platform for --asm (default: the lane's platform here)")
-    p.add_argument("--arch", help="target arch for --asm, e.g. gfx1151 or sm_90")
+    p.add_argument("--arch", help="target arch for --asm/--shared, e.g. gfx1151 or sm_90")
     p.add_argument("--asm", action="store_true",
                    help="print ISA (rocm) / PTX (cuda) / x86 assembly (C lanes) instead")
+    p.add_argument("--shared", metavar="OUT.so",
+                   help="GPU lanes: write the ROCm shared object (host runner + --arch code "
+                        "object, default gfx1151) to OUT.so instead")
 
 
 def _c_asm(source: KernelSource) -> str:
@@ -56,10 +62,12 @@ def main(args: argparse.Namespace) -> int:
         raise LaneError(f"lane {args.lane!r} does not apply to {region.label}: {why}")
     config = parse_config(lane, region, args.config)
     source = lane.emit(region, config)
+    if args.shared:
+        return _shared(args, source)
     if not args.asm:
         if args.arch or args.platform:
-            raise ArbiterError("--platform/--arch only change --asm output (the source is the "
-                               "same text for every target)")
+            raise ArbiterError("--platform/--arch only change --asm/--shared output (the source "
+                               "is the same text for every target)")
         print(source.text, end="" if source.text.endswith("\n") else "\n")
         return 0
     if source.language == "hip":
@@ -81,4 +89,30 @@ def main(args: argparse.Namespace) -> int:
         raise ArbiterError(f"lane {args.lane!r} generates no code ({source.language}); "
                            "drop --asm to see what it runs")
     print(text, end="")
+    return 0
+
+
+def _shared(args: argparse.Namespace, source: KernelSource) -> int:
+    """Link the ROCm shared object for a GPU lane's source into args.shared."""
+    from ..lanes._gpu.build import rocm_shared_object
+    from ..lanes._gpu.detect import rocm_arch
+
+    if args.asm:
+        raise ArbiterError("--shared and --asm are exclusive")
+    if source.language != "hip":
+        raise ArbiterError(f"lane {args.lane!r} is not a GPU lane: --shared links GPU lanes only")
+    if args.platform not in (None, "rocm"):
+        raise ArbiterError("--shared builds the ROCm artifact only: use --platform rocm")
+    arch = rocm_arch(args.arch)  # --arch is checked (gfxNNNN) before any compiler runs
+    out = Path(args.shared).resolve()
+    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise ArbiterError(f"--shared: cannot write {args.shared} (not a writable file path)")
+    try:
+        rocm_shared_object(source.text, out, arch, source.options)
+    except BuildError as e:
+        errors = [ln for ln in e.log.splitlines() if "error" in ln][:3]
+        raise BuildError("; ".join([str(e), *errors])) from None
+    except OSError as e:
+        raise ArbiterError(f"--shared: cannot write {args.shared}: {e.strerror}") from None
+    print(f"wrote {out} ({source.lane}, {arch})")
     return 0

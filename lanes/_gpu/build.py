@@ -8,6 +8,7 @@ the headers it includes, compiler identity, arch and flags (arbiter.lane.build_k
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -24,7 +25,15 @@ from arbiter.lane import (
 
 from .detect import cuda_arch, rocm_arch, rocm_compiler, toolchain
 
-__all__ = ["INCLUDE_DIR", "device_asm", "gpu_build", "isa_resources", "library_command"]
+__all__ = [
+    "INCLUDE_DIR",
+    "device_asm",
+    "gpu_build",
+    "isa_resources",
+    "library_command",
+    "rocm_shared_command",
+    "rocm_shared_object",
+]
 
 INCLUDE_DIR = Path(__file__).resolve().parent
 _SUFFIX = {Platform.CUDA: ".cu", Platform.ROCM: ".hip"}
@@ -78,6 +87,84 @@ def gpu_build(lane: object, source: KernelSource, platform: Platform,
 
     path, seconds, cached, log = cached_build(key, ".so", build)
     return Artifact(name, key, source, str(path), seconds, cached, log)
+
+
+# Without ROCm's device libraries (-nogpulib) the HIP headers' barriers and fences
+# (__syncthreads, __threadfence) call __atomic_work_item_fence, which the device libraries
+# define. This is the same fence, at the order and scope asked for, so the linked code object
+# synchronizes as a hipcc build does. Force-included ahead of the source; device side only.
+_FENCE_SHIM = """\
+#if defined(__HIP_DEVICE_COMPILE__)
+#include <hip/hip_runtime.h>
+#define ARB_FENCE_AT(order)                                                           \\
+    switch (scope) {                                                                  \\
+    case __memory_scope_sub_group: __builtin_amdgcn_fence(order, "wavefront"); break; \\
+    case __memory_scope_work_group: __builtin_amdgcn_fence(order, "workgroup"); break; \\
+    case __memory_scope_device: __builtin_amdgcn_fence(order, "agent"); break;        \\
+    case __memory_scope_all_svm_devices: __builtin_amdgcn_fence(order, ""); break;    \\
+    default: break;                                                                   \\
+    }
+extern "C" __device__ void __atomic_work_item_fence(__cl_mem_fence_flags, __memory_order order,
+                                                    __memory_scope scope) {
+    switch (order) {
+    case __memory_order_acquire: ARB_FENCE_AT(__ATOMIC_ACQUIRE) break;
+    case __memory_order_release: ARB_FENCE_AT(__ATOMIC_RELEASE) break;
+    case __memory_order_acq_rel: ARB_FENCE_AT(__ATOMIC_ACQ_REL) break;
+    case __memory_order_seq_cst: ARB_FENCE_AT(__ATOMIC_SEQ_CST) break;
+    default: break; /* relaxed: no fence */
+    }
+}
+#undef ARB_FENCE_AT
+#endif
+"""
+
+
+def rocm_shared_command(arch: str, src: str, target: str, shim: str,
+                        options: tuple[str, ...] = ()) -> list[str]:
+    """The command linking `src` into the complete ROCm shared object `target` for `arch`.
+
+    hipcc (a ROCm install) links with ROCm's own device libraries: `library_command`.
+    Otherwise clang++ with Debian's HIP headers and libamdhip64, no device libraries; `shim`
+    is the path where the caller wrote `_FENCE_SHIM`.
+    """
+    tc = toolchain()
+    if tc.hipcc:
+        return library_command(Platform.ROCM, arch, src, target, options)
+    if not tc.clang:
+        raise BuildError("no hipcc or clang++ on PATH: cannot link a ROCm shared object")
+    return [
+        tc.clang, "-x", "hip",  # the source is HIP whatever its file name
+        f"--offload-arch={arch}",  # the one code object embedded (.hip_fatbin bundle)
+        "-nogpulib",  # no ROCm device libraries here: the two shims below stand in
+        "-DARB_OCKL_SHIM",  # arb_gpu.h defines the ockl work-item queries
+        "-include", shim,  # the fence the headers' barriers call (_FENCE_SHIM)
+        "-O3", "-fPIC", "-shared",
+        "-fuse-ld=lld",  # the host link uses the lld that links the device side too
+        "-Wl,-z,defs",  # an unresolved host symbol fails here, not at dlopen on the target
+        f"-I{INCLUDE_DIR}", *options, "-o", target, src,
+        "-lamdhip64",  # hipMalloc, hipEvent*, __hipRegisterFatBinary: Debian's HIP runtime
+    ]
+
+
+def rocm_shared_object(text: str, out: str | Path, arch: str | None = None,
+                       options: tuple[str, ...] = ()) -> str:
+    """Link `text` (a GPU lane's source) into the shared object a ROCm machine would load:
+    the arb_runner.h host wrapper plus the embedded code object for `arch` (default: as
+    `rocm_arch`). Built in a temp dir, then moved to `out`; returns the compiler's log.
+
+    Raises BuildError when there is no compiler or the build fails (the log attached).
+    """
+    arch = rocm_arch(arch)
+    with tempfile.TemporaryDirectory(prefix="arbiter-rocm-") as tmp:
+        src, shim, target = Path(tmp) / "kernel.hip", Path(tmp) / "arb_shim.h", Path(tmp) / "k.so"
+        src.write_text(text)
+        shim.write_text(_FENCE_SHIM)
+        argv = rocm_shared_command(arch, str(src), str(target), str(shim), options)
+        rc, log = run_tool(argv, timeout=600, cwd=tmp)
+        if rc != 0 or not target.exists():
+            raise BuildError(f"{argv[0]} failed linking for {arch} (exit {rc})", log)
+        shutil.move(str(target), str(out))
+    return log
 
 
 def device_asm(text: str, platform: Platform, arch: str | None = None,
