@@ -51,7 +51,8 @@ __device__ __forceinline__ float arb_shfl_xor(float v, int mask) {
 #if defined(ARB_OCKL_SHIM) && defined(__HIP_DEVICE_COMPILE__)
 /* ISA-only builds (-nogpulib, no ROCm device libraries on the machine) leave the work-item
  * queries as calls into ockl. These definitions are what ockl does, so the gate's ISA matches
- * a full ROCm build: no call frames, no forced scratch. Never defined for a real build. */
+ * a full ROCm build: no call frames, no forced scratch. A ROCm install's build never defines
+ * it; the Debian link (lanes/_gpu/build.py rocm_shared_object, no device libraries) does. */
 extern "C" __device__ size_t __ockl_get_local_id(uint d) {
     return d == 0 ? __builtin_amdgcn_workitem_id_x()
                   : d == 1 ? __builtin_amdgcn_workitem_id_y() : __builtin_amdgcn_workitem_id_z();
