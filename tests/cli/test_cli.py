@@ -44,7 +44,7 @@ def test_check_numpy_on_examples_passes():
     p = arbiter("check", str(EXAMPLES), "--lanes", "numpy", "--json")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
-    assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 9 and all(r["status"] == "ok" for r in rows)
     assert all(r["rel_error"] < 1e-5 for r in rows)
 
 

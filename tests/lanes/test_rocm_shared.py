@@ -26,7 +26,7 @@ from arbiter.lanes._gpu.build import rocm_shared_object
 from arbiter.lanes._gpu.detect import Toolchain, toolchain
 from arbiter.lanes._gpu.runner import choose_clock
 
-from arbiter import RowwiseRegion
+from arbiter import GatedRegion, RowwiseRegion
 from arbiter.lane import Platform, input_shapes, numpy_dtype, output_shape, refusal
 from arbiter.region import load_spec
 
@@ -35,9 +35,12 @@ REGIONS, INFERENCE = ROOT / "examples" / "regions.toml", ROOT / "examples" / "in
 TARGET = "hipv4-amdgcn-amd-amdhsa--gfx1151"
 ABI = ("arbiter_prepare", "arbiter_run", "arbiter_time", "arbiter_release", "arbiter_last_error",
        "arbiter_n_inputs", "arbiter_input_elems", "arbiter_output_elems", "arbiter_elem_bytes")
-# A rowwise region with a block reduction: the example's rowwise chain has none.
+# A rowwise region with a block reduction (the example's rowwise chain has none) and an f32
+# gated region (hip_scalar computes f32 storage only; the example's is bf16).
 LAYER_NORM = RowwiseRegion(64, 1000, name="row_layer_norm", residual=True,
                            reduction="layer_norm")
+SWIGLU = GatedRegion(128, 256, 256, name="swiglu")
+OWN = {r.name: r for r in (LAYER_NORM, SWIGLU)}
 
 # (lane, spec file or None, region): every GPU lane's default config, f32 and bf16 storage
 # (hip_scalar is f32 only), each kernel family (GEMM, gated, rows, attention, decode, gemv).
@@ -45,7 +48,7 @@ VARIANTS = (
     ("hip_scalar", REGIONS, "mm_relu"),
     ("hip_scalar", REGIONS, "row_gelu_residual"),
     ("hip_scalar", REGIONS, "attn_causal"),
-    ("hip_scalar", REGIONS, "swiglu"),
+    ("hip_scalar", None, SWIGLU.name),
     ("hip_scalar", None, LAYER_NORM.name),
     ("wmma_gemm", REGIONS, "mm_bias_softmax"),
     ("wmma_gemm", INFERENCE, "decode_proj_gelu"),
@@ -72,7 +75,7 @@ needs_tools = pytest.mark.skipif(bool(_missing), reason=f"missing: {', '.join(_m
 
 
 def _region(spec: Path | None, name: str):
-    return LAYER_NORM if spec is None else load_spec(spec).get(name)
+    return OWN[name] if spec is None else load_spec(spec).get(name)
 
 
 def _tool_out(*argv: str) -> str:
