@@ -23,7 +23,8 @@ from arbiter.lane import AttentionRegion, Epilogue, Pointwise, Reduction
 
 __all__ = [
     "BIAS", "C_PRELUDE", "Loop", "Operand", "RESIDUAL", "RowProgram", "Scalar",
-    "attention_defines", "defines", "pointwise", "prologue_function", "row_program",
+    "attention_defines", "defines", "epilogue_function", "pointwise", "prologue_function",
+    "row_program",
     "visible_keys",
 ]
 
@@ -191,6 +192,30 @@ def attention_defines(region: AttentionRegion) -> dict[str, object]:
         "OFF": region.causal_offset or 0,
         "SCALE": f"{float(region.scale)!r}f",
     }
+
+
+def epilogue_function(epilogue: Sequence[Epilogue], residual: bool, n: str) -> str:
+    """`arb_epilogue(v, r, c, bias, res)`: the chain (and residual) on one output element at
+    row r, column c of a GEMM's result, N columns named by the macro `n`; bias and residual
+    are read from storage through `arb_load` (arb_gpu.h). For kernels that finish elements
+    straight from their accumulators."""
+    body = []
+    for op in epilogue:
+        if op is Epilogue.BIAS:
+            body.append("    v = v + arb_load(bias[c]);")
+        else:
+            body.append(f"    v = {pointwise(op, 'v')};")
+    if residual:
+        body.append(f"    v = v + arb_load(res[(size_t)r * {n} + c]);")
+    return "\n".join([
+        "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
+        "                                              const arb_store_t* __restrict__ bias,",
+        "                                              const arb_store_t* __restrict__ res) {",
+        "    (void)r; (void)c; (void)bias; (void)res;",
+        *body,
+        "    return v;",
+        "}",
+    ]) + "\n"
 
 
 def prologue_function(ops: Sequence[Pointwise], qualifiers: str = "static inline") -> str:

@@ -5,7 +5,7 @@ The kernel text lives beside this module (`gemv_kernel.hip`). emit writes the he
 the storage-type define, the compile-time constants of one (region, config), including the
 shared-memory plan that `plan` computes (the lane's rules read the same numbers), and the
 per-region device functions: the prologue is `lanes._scalar_body.prologue_function` and the
-epilogue its `pointwise`, so the math is the one definition every lane renders.
+epilogue its `epilogue_function`, so the math is the one definition every lane renders.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arbiter.lane import Config, EmitError, Epilogue, FusedRegion, KernelSource, Platform, Region
+from arbiter.lane import Config, EmitError, FusedRegion, KernelSource, Platform, Region
 
 from .._gpu.abi import REBUILD, runner_table, store_defines
-from .._scalar_body import pointwise, prologue_function
+from .._scalar_body import epilogue_function, prologue_function
 
 __all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "Plan", "emit", "load_bytes", "plan"]
 
@@ -61,26 +61,6 @@ def load_bytes(cols: int, dtype: str) -> int | None:
     columns are no whole number of either."""
     row = cols * ELEM_BYTES[dtype]
     return 16 if row % 16 == 0 else 8 if row == 8 else None
-
-
-def _epilogue(region: FusedRegion) -> list[str]:
-    body = []
-    for op in region.epilogue:
-        if op is Epilogue.BIAS:
-            body.append("    v = v + arb_load(bias[c]);")
-        else:
-            body.append(f"    v = {pointwise(op, 'v')};")
-    if region.residual:
-        body.append("    v = v + arb_load(res[(size_t)r * GEMV_N + c]);")
-    return [
-        "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
-        "                                              const arb_store_t* __restrict__ bias,",
-        "                                              const arb_store_t* __restrict__ res) {",
-        "    (void)r; (void)c; (void)bias; (void)res;",
-        *body,
-        "    return v;",
-        "}",
-    ]
 
 
 def _check(region: Region, config: Config) -> FusedRegion:
@@ -136,6 +116,6 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines.append("")
     lines += prologue_function(r.prologue, "__device__ __forceinline__").splitlines()
     lines.append("")
-    lines += _epilogue(r)
+    lines += epilogue_function(r.epilogue, r.residual, "GEMV_N").splitlines()
     text = "\n".join(lines) + "\n\n" + _KERNEL.read_text()
     return KernelSource(LANE, r.key, config, "hip", text)

@@ -4,7 +4,7 @@
 The GEMM text lives beside this module (`gemm_kernel.hip`). emit writes the header comment,
 the compile-time constants of one (region, config), and the per-region device functions: the
 prologue is `lanes._scalar_body.prologue_function` (as in the scalar lanes), the epilogue uses
-its `pointwise` and the row reduction its `row_program`, so the math is the one shared
+its `epilogue_function` and the row reduction its `row_program`, so the math is the one shared
 definition every lane renders.
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arbiter.lane import Config, EmitError, Epilogue, FusedRegion, KernelSource, Platform, Region
+from arbiter.lane import Config, EmitError, FusedRegion, KernelSource, Platform, Region
 
 from .._gpu.abi import REBUILD, runner_table, store_defines
 from .._scalar_body import (
     Loop,
     Scalar,
     accumulator_init,
-    pointwise,
+    epilogue_function,
     prologue_function,
     row_program,
 )
@@ -37,26 +37,6 @@ def smem_bytes(config: Config | Mapping[str, Any]) -> int:
     """Dynamic shared memory of one GEMM block; mirrors LDA_S / LDB_S in gemm_kernel.hip."""
     bm, bn, bk = int(config["block_m"]), int(config["block_n"]), int(config["block_k"])
     return int(config["stages"]) * (bm * (bk + 8) + bk * (bn + 8)) * 2
-
-
-def _epilogue(region: FusedRegion) -> list[str]:
-    body = []
-    for op in region.epilogue:
-        if op is Epilogue.BIAS:
-            body.append("    v = v + arb_load(bias[c]);")
-        else:
-            body.append(f"    v = {pointwise(op, 'v')};")
-    if region.residual:
-        body.append("    v = v + arb_load(res[(size_t)r * GEMM_N + c]);")
-    return [
-        "__device__ __forceinline__ float arb_epilogue(float v, int r, int c,",
-        "                                              const arb_store_t* __restrict__ bias,",
-        "                                              const arb_store_t* __restrict__ res) {",
-        "    (void)r; (void)c; (void)bias; (void)res;",
-        *body,
-        "    return v;",
-        "}",
-    ]
 
 
 def _row_reduce(region: FusedRegion) -> list[str]:
@@ -158,7 +138,7 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     lines.append("")
     lines += prologue_function(r.prologue, "__device__ __forceinline__").splitlines()
     lines.append("")
-    lines += _epilogue(r)
+    lines += epilogue_function(r.epilogue, r.residual, "GEMM_N").splitlines()
     if r.reduction is not None:
         lines.append("")
         lines += _row_reduce(r)
