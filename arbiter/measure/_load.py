@@ -74,9 +74,10 @@ class Load:
     def quiet(self, max_wait: float) -> tuple[float | None, float]:
         """Wait, `WINDOW` at a time, until the load is under `BUSY`, at most `max_wait`
         seconds; the last load read and the seconds waited."""
+        start = time.monotonic()
         load, waited = self.now(), 0.0
         while load is not None and load > BUSY and waited < max_wait:
-            time.sleep(WINDOW)
-            waited += WINDOW
+            time.sleep(min(WINDOW, max_wait - waited))  # never past max_wait: it is an allowance
+            waited = time.monotonic() - start
             load = self.now()
         return load, waited

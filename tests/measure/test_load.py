@@ -38,9 +38,10 @@ def test_a_busy_neighbour_is_seen_and_waited_for_and_its_end_too():
         busy = load.now()
         assert busy is not None and busy > 0.5
         t0 = time.monotonic()
-        after, waited = load.quiet(0.5)
-        assert after is not None and after > BUSY and waited >= 0.5
-        assert time.monotonic() - t0 < 2
+        after, waited = load.quiet(0.55)
+        # the wait is an allowance added to a candidate's timeout: it must not run over
+        assert after is not None and after > BUSY and 0.55 <= waited < 0.6
+        assert time.monotonic() - t0 < 0.65
     finally:
         for p in procs:
             p.kill()
