@@ -199,12 +199,7 @@ __device__ __forceinline__ void arb_cp_async_wait() {
 /* bf16 travels as its bit pattern; the builtin takes vectors of 16 shorts. */
 typedef unsigned short arb_op_t;
 typedef short arb_frag_vec __attribute__((ext_vector_type(16)));
-__device__ __forceinline__ arb_op_t arb_op_from_float(float f) {
-    unsigned int u = __builtin_bit_cast(unsigned int, f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (arb_op_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                          /* to nearest even */
-    return (arb_op_t)(u >> 16);
-}
+__device__ __forceinline__ arb_op_t arb_op_from_float(float f) { return arb_bf16_bits(f); }
 __device__ __forceinline__ float arb_op_to_float(arb_op_t h) {
     return __builtin_bit_cast(float, (unsigned int)h << 16);
 }

@@ -112,6 +112,17 @@ __device__ __forceinline__ float arb_rsqrt(float x) { return 1.0f / __builtin_sq
 #endif
 __device__ __forceinline__ float arb_sigmoid(float x) { return 1.0f / (1.0f + arb_exp(-x)); }
 
+#if !defined(ARB_CUDA)
+/* bf16 on HIP travels as its bit pattern: f32 -> bf16 bits, round to nearest even, a NaN stays
+ * a (quiet) NaN. The storage type and arb_frag.h's bf16 operands both round through this. */
+__device__ __forceinline__ unsigned short arb_bf16_bits(float f) {
+    unsigned int u = __builtin_bit_cast(unsigned int, f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+#endif
+
 /* The region's storage type (every input and the output), chosen by the generated source
  * before it includes this header: ARB_STORE_F16 or ARB_STORE_BF16, else float. Kernels read
  * and write it through arb_load / arb_store (round to nearest even) and compute in float. */
@@ -139,12 +150,7 @@ typedef unsigned short arb_store_t;
 __device__ __forceinline__ float arb_load(arb_store_t h) {
     return __builtin_bit_cast(float, (unsigned int)h << 16);
 }
-__device__ __forceinline__ arb_store_t arb_store(float f) {
-    unsigned int u = __builtin_bit_cast(unsigned int, f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (arb_store_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                              /* nearest even */
-    return (arb_store_t)(u >> 16);
-}
+__device__ __forceinline__ arb_store_t arb_store(float f) { return arb_bf16_bits(f); }
 #endif
 #define ARB_POISON_STORE 0x7FEDu /* arbiter.check.POISON_BITS_16["bf16"] */
 #else
