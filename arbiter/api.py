@@ -11,6 +11,7 @@ from typing import Any, get_args
 import numpy as np
 
 from ._errors import ArbiterError, LaneError
+from ._progress import Progress
 from .check import budget_of, checked_budget, fresh_seeds
 from .lane import (
     Config,
@@ -206,7 +207,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
         p = plan(region, region_lanes, records.results(region_id, env_id), how.trials)
         work.append((region, region_id, env_id, lane_ids, p))
     rows = []
-    bar = _bar(sum(p.needed for *_, p in work), progress)
+    shown = Progress([p.needed for *_, p in work], progress)
     try:
         for region, region_id, env_id, lane_ids, p in work:
             b = budget_of(region, how.budget)
@@ -217,13 +218,13 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
                 # what another holder measured meanwhile counts
                 p = plan(region, list(p.lanes.values()), records.results(region_id, env_id),
                          how.trials)
+                shown.region(region.label)
                 if not p.lanes:
                     row = empty_row(region, b, "no applicable lane")
                 else:
-                    bar.set_description(region.name or region.key[:12])
 
                     def tick(lane: str, r: Any, name: str = region.name) -> None:
-                        bar.update(1)
+                        shown.trial(r)
                         if on_trial:
                             on_trial(name, lane, r)
 
@@ -237,11 +238,12 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
                     declared = records.winners(region_id, env_id, b)
                     row = (_winner_row(region, b, declared[0], **counts) if declared
                            else empty_row(region, b, "no candidate within budget", **counts))
+                shown.region_done(row)
                 if on_region:
                     on_region(region, row, lease)
             rows.append(row)
     finally:
-        bar.close()
+        shown.close()
     return rows
 
 
@@ -257,13 +259,6 @@ def _wait_for(lease: Any, region: Region) -> None:
                   file=sys.stderr, flush=True)
             told = True
         time.sleep(min(1.0, lease.seconds / 4))
-
-
-def _bar(total: int, shown: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False,
-                disable=not (shown and sys.stderr.isatty()))
 
 
 def best(region: Region, *, budget: float | None = None, db: str | None = None,
