@@ -253,6 +253,7 @@ def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(env, tmp_path):
     assert row["new_trials"] == 18 - len(before) and row["config"]["block"] == 4
 
 
+@pytest.mark.slow  # the sampler's path of the test above (about a minute)
 def test_sampled_sweep_killed_then_resumed_keeps_its_records_and_exports_them_once(env, tmp_path):
     import optuna
 

@@ -20,6 +20,7 @@ from arbiter.lanes.decode.lane import space_for
 
 from arbiter.lane import Platform, run_tool
 from arbiter.region import AttentionRegion
+from tests.gate import PARTS, part_of
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 KERNELS = ("dec_split", "dec_combine")
@@ -60,14 +61,15 @@ def _label(region, config) -> str:
 
 
 @pytest.mark.skipif(toolchain().clang is None, reason="no clang++-19 / clang++ to build gfx ISA")
-def test_gfx1151_isa_has_no_scratch() -> None:
+@pytest.mark.parametrize("part", PARTS)
+def test_gfx1151_isa_has_no_scratch(part) -> None:
     def one(rc):
         region, config = rc
         asm = device_asm(emit(region, config, Platform.ROCM).text, Platform.ROCM, "gfx1151")
         return region, config, asm
 
     with ThreadPoolExecutor(WORKERS) as ex:
-        results = list(ex.map(one, _variants(Platform.ROCM)))
+        results = list(ex.map(one, part_of(_variants(Platform.ROCM), part)))
     bad = []
     for region, config, asm in results:
         res = isa_resources(asm)
@@ -86,7 +88,8 @@ def test_gfx1151_isa_has_no_scratch() -> None:
 
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="no nvcc to build sm_90 code")
-def test_sm90_has_wide_loads_and_no_spills() -> None:
+@pytest.mark.parametrize("part", PARTS)
+def test_sm90_has_wide_loads_and_no_spills(part) -> None:
     def one(rc):
         region, config = rc
         text = emit(region, config, Platform.CUDA).text
@@ -100,7 +103,7 @@ def test_sm90_has_wide_loads_and_no_spills() -> None:
         return region, config, ptx, rc_, log
 
     with ThreadPoolExecutor(WORKERS) as ex:
-        results = list(ex.map(one, _variants(Platform.CUDA)))
+        results = list(ex.map(one, part_of(_variants(Platform.CUDA), part)))
     bad = []
     for region, config, ptx, rc_, log in results:
         if "ld.global.nc.v4" not in ptx:

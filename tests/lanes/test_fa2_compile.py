@@ -18,6 +18,7 @@ from arbiter.lanes.fa2.lane import space_for
 
 from arbiter.lane import Platform, run_tool
 from arbiter.region import AttentionRegion
+from tests.gate import PARTS, part_of
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 
@@ -72,8 +73,9 @@ def _cuda_variants():
 
 
 @pytest.mark.skipif(toolchain().clang is None, reason="no clang++-19 / clang++ to build gfx ISA")
-def test_gfx1151_isa_has_wmma_and_no_scratch() -> None:
-    variants = _rocm_variants()
+@pytest.mark.parametrize("part", PARTS)
+def test_gfx1151_isa_has_wmma_and_no_scratch(part) -> None:
+    variants = part_of(_rocm_variants(), part)
 
     def one(rc):
         region, config = rc
@@ -97,8 +99,9 @@ def test_gfx1151_isa_has_wmma_and_no_scratch() -> None:
 
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="no nvcc to build sm_90 PTX")
-def test_sm90_ptx_has_mma_and_no_spills() -> None:
-    variants = _cuda_variants()
+@pytest.mark.parametrize("part", PARTS)
+def test_sm90_ptx_has_mma_and_no_spills(part) -> None:
+    variants = part_of(_cuda_variants(), part)
 
     def one(rc):
         region, config = rc

@@ -17,6 +17,7 @@ from arbiter.lanes.gemv.emit import ELEM_BYTES, emit, load_bytes
 
 from arbiter import FusedRegion
 from arbiter.lane import AttentionRegion, Config, Platform
+from tests.gate import PARTS, part_of
 
 WORKERS = max(2, min(8, os.cpu_count() or 2))
 
@@ -54,14 +55,14 @@ def _vector_bytes(region: FusedRegion, config: Config) -> int:
     return size if size and region.N % (size // ELEM_BYTES[region.dtype]) == 0 else 0
 
 
-def _compile_all(platform: Platform) -> list[tuple[str, Config, int, str]]:
+def _compile_all(platform: Platform, part: str) -> list[tuple[str, Config, int, str]]:
     def one(item):
         region, config = item
         return (region.name, config, _vector_bytes(region, config),
                 device_asm(emit(region, config, platform).text, platform))
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        return list(pool.map(one, _variants(platform)))
+        return list(pool.map(one, part_of(_variants(platform), part)))
 
 
 @pytest.mark.parametrize("platform", [Platform.ROCM, Platform.CUDA])
@@ -85,9 +86,10 @@ def test_declines_what_it_does_not_compute() -> None:
 
 
 @pytest.mark.skipif(toolchain().clang is None, reason="clang++ (19) not installed: no gfx ISA")
-def test_gfx1151_isa_has_no_scratch(monkeypatch) -> None:
+@pytest.mark.parametrize("part", PARTS)
+def test_gfx1151_isa_has_no_scratch(part, monkeypatch) -> None:
     _on(Platform.ROCM, monkeypatch)
-    for name, config, vector, asm in _compile_all(Platform.ROCM):
+    for name, config, vector, asm in _compile_all(Platform.ROCM, part):
         where = f"{name} [{config}]"
         res = isa_resources(asm)
         assert any("gemv_kernel" in k for k in res), f"{where}: no gemv_kernel in the ISA"
@@ -100,9 +102,10 @@ def test_gfx1151_isa_has_no_scratch(monkeypatch) -> None:
 
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="nvcc not installed: no PTX")
-def test_sm90_ptx_loads_b_in_vectors(monkeypatch) -> None:
+@pytest.mark.parametrize("part", PARTS)
+def test_sm90_ptx_loads_b_in_vectors(part, monkeypatch) -> None:
     _on(Platform.CUDA, monkeypatch)
-    for name, config, vector, ptx in _compile_all(Platform.CUDA):
+    for name, config, vector, ptx in _compile_all(Platform.CUDA, part):
         where = f"{name} [{config}]"
         assert ".entry" in ptx and "gemv_kernel" in ptx, where
         if vector:

@@ -13,11 +13,9 @@ import ctypes.util
 import importlib
 import logging
 import math
-import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from arbiter.lanes._gpu.runner import choose_clock
 from arbiter import GatedRegion, RowwiseRegion
 from arbiter.lane import Platform, input_shapes, numpy_dtype, output_shape, refusal
 from arbiter.region import load_spec
+from tests.gate import marked
 
 ROOT = Path(__file__).resolve().parents[2]
 REGIONS, INFERENCE = ROOT / "examples" / "regions.toml", ROOT / "examples" / "inference.toml"
@@ -58,6 +57,7 @@ VARIANTS = (
     ("gemv", INFERENCE, "decode_proj_gelu"),
 )
 IDS = [f"{lane}-{region}" for lane, _, region in VARIANTS]
+FIRST_OF_EACH_LANE = {next(i for i in IDS if i.startswith(f"{lane}-")) for lane, _, _ in VARIANTS}
 
 
 def _tool(name: str) -> str | None:
@@ -86,21 +86,23 @@ def _tool_out(*argv: str) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """Variant id -> (region, path of its .so), built two at a time (a CI runner's cores)."""
+    """Variant id -> (region, path of its .so), built when a test first asks for it."""
     out = tmp_path_factory.mktemp("rocm-so")
+    done: dict[str, tuple] = {}
 
-    def one(variant):
-        lane_name, spec, name = variant
-        lane = importlib.import_module(f"arbiter.lanes.{lane_name}").lane
-        region = _region(spec, name)
-        assert refusal(lane, region) is None, (lane_name, name)
-        source = lane.emit(region, lane.space(region).complete({}))
-        path = out / f"{lane_name}-{name}.so"
-        rocm_shared_object(source.text, path, "gfx1151", source.options)
-        return region, path
+    def get(variant: str):
+        if variant not in done:
+            lane_name, spec, name = VARIANTS[IDS.index(variant)]
+            lane = importlib.import_module(f"arbiter.lanes.{lane_name}").lane
+            region = _region(spec, name)
+            assert refusal(lane, region) is None, (lane_name, name)
+            source = lane.emit(region, lane.space(region).complete({}))
+            path = out / f"{variant}.so"
+            rocm_shared_object(source.text, path, "gfx1151", source.options)
+            done[variant] = region, path
+        return done[variant]
 
-    with ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 2))) as pool:
-        return dict(zip(IDS, pool.map(one, VARIANTS), strict=True))
+    return get
 
 
 def _code_object(so: Path) -> tuple[list[str], Path]:
@@ -116,9 +118,9 @@ def _code_object(so: Path) -> tuple[list[str], Path]:
 
 
 @needs_tools
-@pytest.mark.parametrize("variant", IDS)
+@pytest.mark.parametrize("variant", marked(IDS, FIRST_OF_EACH_LANE))
 def test_links_and_exports_the_runner_abi(built, variant):
-    _, so = built[variant]
+    _, so = built(variant)
     nm = _tool_out(TOOLS["llvm-nm"], "-D", "--defined-only", str(so))
     exported = {line.split()[-1] for line in nm.splitlines() if line.strip()}
     assert set(ABI) <= exported, set(ABI) - exported
@@ -127,9 +129,9 @@ def test_links_and_exports_the_runner_abi(built, variant):
 
 
 @needs_tools
-@pytest.mark.parametrize("variant", IDS)
+@pytest.mark.parametrize("variant", marked(IDS, FIRST_OF_EACH_LANE))
 def test_embeds_a_scratch_free_gfx1151_code_object(built, variant):
-    _, so = built[variant]
+    _, so = built(variant)
     targets, co = _code_object(so)
     assert TARGET in targets and any(t.startswith("host-x86_64") for t in targets), targets
     header = _tool_out(TOOLS["llvm-readelf"], "-h", str(co))
@@ -145,11 +147,11 @@ def test_embeds_a_scratch_free_gfx1151_code_object(built, variant):
 
 
 @needs_tools
-@pytest.mark.parametrize("variant", IDS)
+@pytest.mark.parametrize("variant", marked(IDS, FIRST_OF_EACH_LANE))
 def test_loads_with_dlopen_and_reports_its_shapes(built, variant):
     """dlopen resolves libamdhip64 and runs the code object's registration; the size queries
     are host code, so they answer without a GPU."""
-    region, so = built[variant]
+    region, so = built(variant)
     lib = ctypes.CDLL(str(so), mode=ctypes.RTLD_LOCAL)
     lib.arbiter_input_elems.restype = ctypes.c_longlong
     lib.arbiter_output_elems.restype = ctypes.c_longlong

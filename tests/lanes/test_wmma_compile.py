@@ -17,6 +17,7 @@ from arbiter.lanes.wmma_gemm.emit import emit
 from arbiter import FusedRegion
 from arbiter.lane import Config, Platform
 from arbiter.region import load_spec
+from tests.gate import PARTS, part_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
 WORKERS = max(2, min(8, os.cpu_count() or 2))
@@ -77,13 +78,13 @@ def _native() -> list[tuple[FusedRegion, Config]]:
 VARIANTS = _variants()
 
 
-def _compile_all(platform: Platform) -> list[tuple[str, str, str]]:
+def _compile_all(platform: Platform, part: str) -> list[tuple[str, str, str]]:
     def one(item):
         region, config = item
         return region.name, str(config), device_asm(emit(region, config, platform).text, platform)
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        return list(pool.map(one, VARIANTS))
+        return list(pool.map(one, part_of(VARIANTS, part)))
 
 
 def test_gate_covers_the_axes() -> None:
@@ -94,8 +95,9 @@ def test_gate_covers_the_axes() -> None:
 
 
 @pytest.mark.skipif(toolchain().clang is None, reason="clang++ (19) not installed: no gfx ISA")
-def test_gfx1151_isa_has_wmma_and_no_scratch() -> None:
-    for name, config, asm in _compile_all(Platform.ROCM):
+@pytest.mark.parametrize("part", PARTS)
+def test_gfx1151_isa_has_wmma_and_no_scratch(part) -> None:
+    for name, config, asm in _compile_all(Platform.ROCM, part):
         where = f"{name} [{config}]"
         kind = "bf16" if "precision=bf16" in config else "f16"
         assert re.search(rf"\bv_wmma_f32_16x16x16_{kind}\b", asm), f"{where}: no v_wmma_*_{kind}"
@@ -109,8 +111,9 @@ def test_gfx1151_isa_has_wmma_and_no_scratch() -> None:
 
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="nvcc not installed: no PTX")
-def test_sm90_ptx_has_mma() -> None:
-    for name, config, ptx in _compile_all(Platform.CUDA):
+@pytest.mark.parametrize("part", PARTS)
+def test_sm90_ptx_has_mma(part) -> None:
+    for name, config, ptx in _compile_all(Platform.CUDA, part):
         kind = "bf16" if "precision=bf16" in config else "f16"
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in ptx, name
         assert "ldmatrix.sync.aligned" in ptx, f"{name} [{config}]: no ldmatrix"
