@@ -62,6 +62,9 @@ if TYPE_CHECKING:
     from .measure import Measurement
 
 __version__ = "0.2.0"
+# The version of the keys of every row `--json` prints (its `schema` key): raised when a key
+# changes meaning or goes away, so a script can tell which form it reads.
+JSON_SCHEMA = 1
 
 # loaded on first use: the verbs bring the records (SQLAlchemy), the oracle and the worker
 _LAZY = {"best": "api", "run": "api", "tune": "api", "check": "cli.check",

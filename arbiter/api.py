@@ -10,6 +10,7 @@ from typing import Any, get_args
 
 import numpy as np
 
+from . import JSON_SCHEMA
 from ._errors import ArbiterError, LaneError
 from ._progress import Progress
 from .check import budget_of, checked_budget, fresh_seeds
@@ -85,7 +86,7 @@ def _precision(lane: str, config: dict[str, Any]) -> str:
 
 def empty_row(region: Region, budget: float, status: str, **extra: Any) -> dict[str, Any]:
     """A region's row with no winner in it: the keys every row of `tune` and `best` has."""
-    return {"region": region.name or region.key, "region_key": region.key,
+    return {"schema": JSON_SCHEMA, "region": region.name or region.key, "region_key": region.key,
             "dtype": region.dtype, "lane": None,
             "config": None, "precision": None, "latency_ms": None, "latency_low_ms": None,
             "latency_high_ms": None, "spread_ms": None, "rel_error": None, "budget": budget,
@@ -131,18 +132,20 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
          timeout: float = DEFAULT_TIMEOUT, seed: int | None = None, sampler: str = "tpe",
          regions: Sequence[str] | None = None, timing: Timing | None = None,
          equivalence: float | None = None, refinal: bool = False, progress: bool = False,
+         config: Sequence[str] = (), exclude: Sequence[str] = (), where: Sequence[str] = (),
          on_trial: Callable[[str, str, Any], None] | None = None) -> list[dict[str, Any]]:
     """Search every region's lanes and configs, record everything, declare winners.
 
     `trials` is the number of distinct candidates per region to have measured on this machine
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
-    `equivalence` is the practical-equivalence band of a tie (default 2%). Returns one row per
-    region (README: `arbiter tune --json`)."""
+    `equivalence` is the practical-equivalence band of a tie (default 2%). `config`, `exclude`
+    ("K=V" or "lane.K=V") and `where` (expressions over tunables, e.g. "threads <= 2") narrow
+    every lane's space. Returns one row per region (README: `arbiter tune --json`)."""
     from .records import holder_id, one_sweep
 
     how = tune_settings(trials=trials, budget=budget, timeout=timeout, seed=seed,
                         sampler=sampler, timing=timing, equivalence=equivalence,
-                        refinal=refinal)
+                        refinal=refinal, config=config, exclude=exclude, where=where)
     chosen = usable_lanes(lanes)
     todo = spec_regions(spec, regions)
     url = db or settings().db
@@ -164,8 +167,10 @@ class TuneSettings:
 def tune_settings(*, trials: int = DEFAULT_TRIALS, budget: float | None = None,
                   timeout: float = DEFAULT_TIMEOUT, seed: int | None = None,
                   sampler: str = "tpe", timing: Timing | None = None,
-                  equivalence: float | None = None, refinal: bool = False) -> TuneSettings:
-    from .search import check_sampler
+                  equivalence: float | None = None, refinal: bool = False,
+                  config: Sequence[str] = (), exclude: Sequence[str] = (),
+                  where: Sequence[str] = ()) -> TuneSettings:
+    from .search import Restriction, check_sampler
     from .sweep import Options
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -182,7 +187,13 @@ def tune_settings(*, trials: int = DEFAULT_TRIALS, budget: float | None = None,
         if not is_real(equivalence) or not 0 <= equivalence < 1:
             raise ArbiterError(f"--equivalence must be in [0, 1), got {equivalence!r}")
         timing = dataclasses.replace(timing, band=float(equivalence))
-    return TuneSettings(trials, budget, timeout, Options(sampler, seed, timing, bool(refinal)))
+    texts = {"config": config, "exclude": exclude, "where": where}
+    for flag, items in texts.items():
+        if isinstance(items, str) or not all(isinstance(i, str) for i in items):
+            raise ArbiterError(f"{flag}: expected a list of strings, got {items!r}")
+    restrict = Restriction(tuple(config), tuple(exclude), tuple(where))
+    return TuneSettings(trials, budget, timeout,
+                        Options(sampler, seed, timing, bool(refinal), restrict))
 
 
 def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how: TuneSettings,
@@ -197,6 +208,10 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     from .search import plan
     from .sweep import BusyNotice, sweep_region
 
+    restrict = how.options.restrict
+    if restrict:
+        restrict.check_names((ln.name, ln.space(region)) for region in todo for ln in chosen
+                             if refusal(ln, region) is None)
     busy = BusyNotice(how.options.timing)
     records = Records(url)
     fp = fingerprint()
@@ -204,7 +219,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     for region in todo:
         region_lanes = [ln for ln in chosen if refusal(ln, region) is None]
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
-        p = plan(region, region_lanes, records.results(region_id, env_id), how.trials)
+        p = plan(region, region_lanes, records.results(region_id, env_id), how.trials, restrict)
         work.append((region, region_id, env_id, lane_ids, p))
     rows = []
     shown = Progress([p.needed for *_, p in work], progress)
@@ -217,7 +232,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
             with lease.kept():
                 # what another holder measured meanwhile counts
                 p = plan(region, list(p.lanes.values()), records.results(region_id, env_id),
-                         how.trials)
+                         how.trials, restrict)
                 shown.region(region.label)
                 if not p.lanes:
                     row = empty_row(region, b, "no applicable lane")
@@ -335,8 +350,10 @@ def nearest(records: Any, region: Region, env_id: int, budget: float, fingerprin
             built = build_candidate(lane, region, config)
             m = built if isinstance(built, Measurement) else worker.check(
                 lane.name, region, built, budget, seeds=fresh_seeds(), timing=None)
-            rid_here, eid, lane_ids = records.ids(region, fp, [lane])
-            records.record(rid_here, eid, lane_ids[lane.name], config, m, budget, kind=VERIFY)
+            if not records.read_only:  # (a database this process may only read: not kept)
+                rid_here, eid, lane_ids = records.ids(region, fp, [lane])
+                records.record(rid_here, eid, lane_ids[lane.name], config, m, budget,
+                               kind=VERIFY)
             if m.status is not Status.OK:
                 continue
             out.update(rel_error=m.rel_error, verified=True)
@@ -404,12 +421,14 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                 tries += 1
                 seen = here.get((r.lane, r.config.key))
                 if seen is None:
-                    rid, eid, lane_ids = records.ids(region, fp, [lane])
                     built = build_candidate(lane, region, r.config)
                     m = built if isinstance(built, Measurement) else worker.check(
                         r.lane, region, built, budget, seeds=fresh_seeds(), timing=None)
-                    seen = here[(r.lane, r.config.key)] = records.record(
-                        rid, eid, lane_ids[r.lane], r.config, m, budget, kind=VERIFY)
+                    seen = here[(r.lane, r.config.key)] = m  # (a read-only database: not kept)
+                    if not records.read_only:
+                        rid, eid, lane_ids = records.ids(region, fp, [lane])
+                        seen = here[(r.lane, r.config.key)] = records.record(
+                            rid, eid, lane_ids[r.lane], r.config, m, budget, kind=VERIFY)
                 if seen.status is Status.OK:
                     row = _result_row(region, budget, r, None, source="reverified",
                                       fingerprint=fp.hash, measured_on=other)
@@ -419,25 +438,20 @@ def _reverified(region: Region, budget: float, records: Any, region_id: int,
                        f"winner passed re-verification here (run `arbiter tune`)")
 
 
-def _coerce(text: str, choices: Sequence[Any]) -> Any:
-    for c in choices:
-        if str(c) == text or (isinstance(c, bool) and text.lower() == str(c).lower()):
-            return c
-    raise ValueError(text)
-
-
 def parse_config(lane: Lane, region: Region, items: Sequence[str] | Mapping[str, Any]) -> Config:
     """`k=v` strings (or a mapping) -> a complete, valid Config for this lane and region."""
+    from .search import coerce, split_item
+
     space = lane.space(region)
     choices = {t.name: t.choices for t in space.tunables}
     values: dict[str, Any] = {}
-    pairs = items.items() if isinstance(items, Mapping) else (_split(s) for s in items)
+    pairs = items.items() if isinstance(items, Mapping) else (split_item(s) for s in items)
     for k, v in pairs:
         if k not in choices:
             raise ArbiterError(f"lane {lane.name}: unknown tunable {k!r} "
                                f"(known: {', '.join(choices) or 'none'})")
         try:
-            values[k] = _coerce(v, choices[k]) if isinstance(v, str) else v
+            values[k] = coerce(v, choices[k]) if isinstance(v, str) else v
         except ValueError:
             raise ArbiterError(f"lane {lane.name}: {k}={v} not among "
                                f"{list(choices[k])}") from None
@@ -446,13 +460,6 @@ def parse_config(lane: Lane, region: Region, items: Sequence[str] | Mapping[str,
     if problem:
         raise ArbiterError(f"lane {lane.name}: config {config} is invalid: {problem}")
     return config
-
-
-def _split(item: str) -> tuple[str, str]:
-    k, sep, v = item.partition("=")
-    if not sep or not k.strip():
-        raise ArbiterError(f"--config expects K=V, got {item!r}")
-    return k.strip(), v.strip()
 
 
 def run(region: Region, *, lane: str | None = None,

@@ -20,7 +20,7 @@ from .lane import Artifact, Lane, Status, usable_cores
 from .measure import BUSY, Measurement, Timing, Worker, build_all
 from .records import FINAL, Records, Result
 from .region import Region
-from .search import Plan, Search
+from .search import Plan, Restriction, Search
 
 __all__ = ["BusyNotice", "Options", "RegionSweep", "sweep_region"]
 
@@ -31,6 +31,7 @@ class Options:
     seed: int | None = None
     timing: Timing = field(default_factory=Timing)
     refinal: bool = False  # re-time the finalists even when nothing new was measured
+    restrict: Restriction = field(default_factory=Restriction)  # --config/--exclude/--where
 
 
 @dataclass
@@ -90,8 +91,10 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
             if on_trial:
                 on_trial(proposal.lane, r)
     declared = records.winners(region_id, env_id, budget)
-    # a winner decided with another equivalence band is decided again
-    if out.new or opts.refinal or not declared or declared[0]["band"] != opts.timing.band:
+    # a winner decided with another equivalence band, or over a space the user narrowed, is
+    # decided again
+    if (out.new or opts.refinal or opts.restrict or not declared
+            or declared[0]["band"] != opts.timing.band):
         out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
         if out.choice is not None:
             records.save_winner(region_id, env_id, budget,

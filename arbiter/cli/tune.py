@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._errors import ArbiterError
 from ..api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
 from ._table import print_json, print_table
 
@@ -25,6 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="sampler seed: the same draws on fresh records (TPE's "
                    "own proposals then follow the timings; README)")
     p.add_argument("--sampler", help="tpe (default), tpe-startup5, tpe-independent, gp, random")
+    p.add_argument("--config", action="extend", nargs="+", default=[], metavar="K=V",
+                   help="fix a tunable to one value (K: every lane that has it; lane.K: one "
+                   "lane); one or more, repeatable")
+    p.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="K=V",
+                   help="leave a tunable's value out (as --config names it)")
+    p.add_argument("--where", action="append", default=[], metavar="EXPR",
+                   help="a restriction over tunables, e.g. \"threads <= 2 and kc != 512\" "
+                   "(comparisons, arithmetic, and/or/not, in); repeatable")
     p.add_argument("--equivalence", type=float, default=0.02, metavar="BAND",
                    help="two finalists within this relative band are a tie (default 0.02)")
     p.add_argument("--workers", type=int, metavar="N", help="submit the spec as a job and "
@@ -52,9 +61,14 @@ def main(args: argparse.Namespace) -> int:
 
     lanes = args.lanes.split(",") if args.lanes else None
     options = dict(trials=args.trials, budget=args.budget, timeout=args.timeout,
-                   seed=args.seed, sampler=args.sampler or "tpe", equivalence=args.equivalence)
+                   seed=args.seed, sampler=args.sampler or "tpe", equivalence=args.equivalence,
+                   config=args.config, exclude=args.exclude, where=args.where)
     if args.workers is not None:
         from ..service.workers import tune_across
+
+        if args.config or args.exclude or args.where:
+            raise ArbiterError("--config, --exclude and --where sweep here only, not with "
+                               "--workers")
 
         rows = tune_across(args.spec, args.workers, db=args.db, lanes=lanes,
                            progress=not args.json, **options)

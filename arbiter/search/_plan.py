@@ -7,8 +7,11 @@ from typing import Any
 
 from ..lane import ENUMERABLE, Lane, Space, Status
 from ..records import Result
+from ._restrict import Restriction
 
 __all__ = ["Plan", "plan"]
+
+NOTHING = Restriction()
 
 
 def _size(space: Space) -> int | None:
@@ -37,10 +40,15 @@ class Plan:
         return len(sizes) == len(self.sizes) and sum(sizes) <= self.target
 
 
-def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int) -> Plan:
+def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int,
+         restrict: Restriction = NOTHING) -> Plan:
+    """`restrict`: what the user fixed, excluded and required; a result outside it neither
+    counts against `trials` nor is a finalist (one the rules refused stays known)."""
     chosen = {ln.name: ln for ln in lanes}
-    spaces = {n: ln.space(region) for n, ln in chosen.items()}
-    measured = {(r.lane, r.config.key): r for r in results if r.lane in chosen}
+    spaces = {n: restrict.narrow(n, ln.space(region)) for n, ln in chosen.items()}
+    measured = {(r.lane, r.config.key): r for r in results if r.lane in chosen and (
+        r.status is Status.INVALID or not restrict
+        or spaces[r.lane].violation(r.config) is None)}
     p = Plan(chosen, spaces, trials, measured)
     if p.needed:  # (a finished sweep run again walks no space)
         p.sizes = {n: _size(s) for n, s in spaces.items()}
