@@ -1,5 +1,6 @@
 """`arbiter emit`: print a lane's generated source for one region, or its assembly (--asm),
-or write the shared object a ROCm machine would load (--shared).
+or write the shared object a ROCm machine would load (--shared), or print what its gfx build
+uses per kernel and the waves per SIMD that allows (--resources, JSON).
 
 GPU sources print the same text for either platform; with --asm they become AMDGPU ISA (rocm,
 clang++ -x hip --cuda-device-only -S) or PTX (cuda, nvcc -ptx). C sources become gcc -S output.
@@ -15,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from .._errors import ArbiterError, BuildError, LaneError
-from ..lane import KernelSource, Platform, get_lane, refusal, run_tool
-from ..region import load_spec
+from ..lane import Config, KernelSource, Lane, Platform, get_lane, refusal, run_tool
+from ..region import Region, load_spec
 from ..settings import settings
 
 _PLATFORMS = ("rocm", "cuda")
@@ -36,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared", metavar="OUT.so",
                    help="GPU lanes: write the ROCm shared object (host runner + --arch code "
                         "object, default gfx1151) to OUT.so instead")
+    p.add_argument("--resources", action="store_true",
+                   help="GPU lanes: print the --arch (default gfx1151) build's VGPRs, SGPRs, "
+                        "LDS, scratch and waves per SIMD per kernel as one JSON object")
 
 
 def _c_asm(source: KernelSource) -> str:
@@ -61,6 +65,8 @@ def main(args: argparse.Namespace) -> int:
     if why is not None:
         raise LaneError(f"lane {args.lane!r} does not apply to {region.label}: {why}")
     config = parse_config(lane, region, args.config)
+    if args.resources:
+        return _resources(args, lane, region, config)
     source = lane.emit(region, config)
     if args.shared:
         return _shared(args, source)
@@ -115,4 +121,29 @@ def _shared(args: argparse.Namespace, source: KernelSource) -> int:
     except OSError as e:
         raise ArbiterError(f"--shared: cannot write {args.shared}: {e.strerror}") from None
     print(f"wrote {out} ({source.lane}, {arch})")
+    return 0
+
+
+def _resources(args: argparse.Namespace, lane: Lane, region: Region, config: Config) -> int:
+    """One JSON object: the candidate, then its gfx build's resources (lanes/_gpu/resources)."""
+    import json
+
+    from ..lanes._gpu.detect import rocm_arch
+    from ..lanes._gpu.lane import GpuLane
+    from ..lanes._gpu.resources import candidate_resources
+
+    if args.asm or args.shared:
+        raise ArbiterError("--resources is exclusive with --asm and --shared")
+    if args.platform not in (None, "rocm"):
+        raise ArbiterError("--resources reads gfx code objects only: use --platform rocm")
+    if not isinstance(lane, GpuLane):
+        raise ArbiterError(f"lane {args.lane!r} is not a GPU lane: --resources reads GPU builds")
+    arch = rocm_arch(args.arch)  # checked (gfxNNNN) before any compiler runs
+    try:
+        res = candidate_resources(lane, region, config, arch)
+    except BuildError as e:
+        errors = [ln for ln in e.log.splitlines() if "error" in ln][:3]
+        raise BuildError("; ".join([str(e), *errors])) from None
+    print(json.dumps({"lane": lane.name, "region": region.label, "config": config.as_dict(),
+                      **res}, indent=1))
     return 0

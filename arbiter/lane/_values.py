@@ -8,7 +8,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -174,3 +174,6 @@ class Artifact:
     compile_seconds: float = 0.0
     cached: bool = False
     log: str = ""
+    # what the build uses on its target (registers, LDS, scratch, waves per SIMD), where the
+    # lane can read it from the binary: JSON-ready, recorded with the candidate
+    resources: dict[str, Any] | None = field(default=None, compare=False)

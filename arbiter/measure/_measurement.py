@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..lane import Status
@@ -26,6 +26,7 @@ class Measurement:
     log: str = ""
     load: float | None = None  # others' share of this process's CPUs while it was timed
     waited: float = 0.0  # seconds the timing waited for a busy machine to quiet down
+    resources: dict | None = field(default=None, compare=False)  # Artifact.resources
 
     @cached_property
     def estimate(self) -> Estimate | None:

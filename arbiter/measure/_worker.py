@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .._errors import ArbiterError
@@ -155,9 +156,10 @@ class Worker:
         # waiting for a busy machine (twice at most) is the arbiter's time, not the candidate's
         waits = 2 * timing.wait if timing is not None else 0.0
         try:
-            return self._call(req, self.timeout, waits)  # type: ignore[no-any-return]
+            m: Measurement = self._call(req, self.timeout, waits)
         except _Dead as d:
-            return Measurement(d.status, compile_seconds=artifact.compile_seconds, log=d.log)
+            m = Measurement(d.status, compile_seconds=artifact.compile_seconds, log=d.log)
+        return replace(m, resources=artifact.resources)  # what it used, whatever became of it
 
     def finals(self, region: Any, entries: Sequence[tuple[str, Artifact]], budget: float, *,
                seeds: Sequence[int], timing: Timing) -> list[Measurement]:

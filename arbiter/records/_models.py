@@ -37,7 +37,7 @@ __all__ = ["FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "VERSION_TABLE", "Base
            "MeasurementModel", "RegionModel", "WinnerModel", "now"]
 
 # The Alembic head this code reads and writes; a test keeps it equal to db/versions' head.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 VERSION_TABLE = "arbiter_alembic_version"
 
 # measurements.kind
@@ -167,6 +167,8 @@ class MeasurementModel(Base):
     samples: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of seconds
     timing_method: Mapped[str] = mapped_column(String(64), default="")
     compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # JSON: what the build uses on its target (Artifact.resources), where the lane reads it
+    resources: Mapped[str | None] = mapped_column(Text, nullable=True)
     log: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=now)
 

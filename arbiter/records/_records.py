@@ -29,7 +29,7 @@ from ._models import (
     WinnerModel,
     now,
 )
-from ._session import once_more_on_conflict, require_current, session_scope
+from ._session import once_more_on_conflict, read_only, require_current, session_scope
 
 __all__ = ["Records", "Result", "finite"]
 
@@ -83,6 +83,7 @@ class Records:
         self.url = url
         self.guard: Callable[[Session], None] | None = None
         require_current(url, create=create)
+        self.read_only = read_only(url)  # (a file this process may not write: nothing recorded)
 
     def guarded(self, guard: Callable[[Session], None]) -> Records:
         """These records, with `guard(session)` run inside every write's transaction (a lease
@@ -172,7 +173,7 @@ class Records:
                     spread=None if e is None else e.spread, median=m.median,
                     unstable=m.unstable, load=m.load, samples=json.dumps(list(m.samples)),
                     timing_method=m.timing_method, compile_seconds=m.compile_seconds,
-                    log=m.log)
+                    log=m.log, resources=None if m.resources is None else json.dumps(m.resources))
                 s.add(row)
                 s.flush()
                 lane = s.get(LaneModel, lane_id)

@@ -32,6 +32,7 @@ _EXPORTS = {
     "measure_cpu": "_ceilings",
     "measure_gpu": "_ceilings",
     "record_ceilings": "_ceilings",
+    "gfx1151_view": "_gfx1151",
     "work": "_work",
     "Work": "_work",
     "REFERENCE_MODELS": "_work",

@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import _figures as figs
 from ._frames import best_per_lane, ceilings, open_records, summary, trials, winners
+from ._gfx1151 import GFX1151_HOW, GFX1151_TITLE, gfx1151_view
 
 __all__ = ["FIGURES", "Report", "build_report", "write_report"]
 
@@ -93,6 +94,7 @@ class Report:
     summary: pd.DataFrame
     ceilings: pd.DataFrame
     figures: dict = field(default_factory=dict)
+    gfx1151: pd.DataFrame | None = None  # a model of the winners on gfx1151 (_gfx1151)
 
 
 def build_report(url: str, *, reference: str | None = None) -> Report:
@@ -103,7 +105,7 @@ def build_report(url: str, *, reference: str | None = None) -> Report:
     s = summary(url, t, w)
     c = ceilings(url)
     best = best_per_lane(t)
-    rep = Report(url, t, w, best, s, c)
+    rep = Report(url, t, w, best, s, c, gfx1151=gfx1151_view(url))
     rep.figures = {
         "latency_by_lane": figs.latency_by_lane(best, s),
         "speedup": figs.speedup(s),
@@ -201,6 +203,9 @@ def html_page(rep: Report, src: Callable[[str], str], *, before: str = "",
             f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
             f"<img src='{html.escape(src(stem))}' alt='{html.escape(caption)}'>",
         ]
+    if rep.gfx1151 is not None and len(rep.gfx1151):
+        parts += [f"<h2>{html.escape(GFX1151_TITLE)}</h2><p class='how'>"
+                  f"{html.escape(GFX1151_HOW)}</p>", _html_table(rep.gfx1151)]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -240,6 +245,8 @@ def write_report(
         ]
         for stem, (caption, how) in FIGURES.items():
             parts += [f"## {caption}", "", how, "", f"![{caption}]({stem}.png)", ""]
+        if rep.gfx1151 is not None and len(rep.gfx1151):
+            parts += [f"## {GFX1151_TITLE}", "", GFX1151_HOW, "", _markdown(rep.gfx1151), ""]
         page = out / "report.md"
         page.write_text("\n".join(parts))
     else:

@@ -86,7 +86,20 @@ def gpu_build(lane: object, source: KernelSource, platform: Platform,
                         timeout=600, cwd=str(tmp))
 
     path, seconds, cached, log = cached_build(key, ".so", build)
-    return Artifact(name, key, source, str(path), seconds, cached, log)
+    return Artifact(name, key, source, str(path), seconds, cached, log,
+                    _rocm_resources(lane, source, path, arch) if platform is Platform.ROCM
+                    else None)
+
+
+def _rocm_resources(lane: object, source: KernelSource, so: Path, arch: str) -> dict | None:
+    """What the built code object uses (resources.summary), None without the LLVM tools."""
+    from . import resources
+
+    kernels = resources.so_resources(so, arch)
+    if kernels is None:
+        return None
+    launch = resources.dynamic_lds(source.text, getattr(lane, "launch_lds", ()))
+    return resources.summary(kernels, launch)
 
 
 # Without ROCm's device libraries (-nogpulib) the HIP headers' barriers and fences

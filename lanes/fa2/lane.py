@@ -104,6 +104,7 @@ class FA2Lane(GpuLane):
     precisions = ("f16", "bf16")
     dtypes = ("f32", "f16", "bf16")
     version = "2"
+    launch_lds = (("fa2_forward", "FA2_SMEM_BYTES"),)  # dynamic shared memory
 
     def applies_to(self, region: Region) -> str | None:
         if not isinstance(region, AttentionRegion):

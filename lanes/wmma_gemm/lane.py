@@ -60,6 +60,7 @@ class WmmaGemmLane(GpuLane):
     precisions = ("f16", "bf16")
     dtypes = ("f32", "f16", "bf16")
     version = "1"
+    launch_lds = (("gemm_kernel", "GEMM_SMEM_BYTES"),)  # dynamic shared memory
 
     def applies_to(self, region: Region) -> str | None:
         if not isinstance(region, FusedRegion):
