@@ -7,7 +7,9 @@ fusing bought over the library's eager chain; how close each winner is to the ma
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,6 +46,7 @@ WINNER = "#d4a017"  # gold edge / star
 VENDOR = "#555555"
 BUDGET = "#d62728"
 COLS = 3
+ERROR_DECADES = 1e-2  # latency/error axes start this far below the budget
 PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
 
 
@@ -203,8 +206,20 @@ def _pareto(points: pd.DataFrame) -> pd.DataFrame:
     return p.loc[keep]
 
 
+def _winner_mark(ax: Axes, x: float, row: pd.Series, size: float) -> None:
+    """The winner at its declared latency with its 95% interval: the numbers of the table."""
+    low, high = row.get("winner_low_ms"), row.get("winner_high_ms")
+    if pd.notna(low) and pd.notna(high):
+        ax.errorbar([x], [row["winner_ms"]], yerr=[[row["winner_ms"] - low],
+                                                   [high - row["winner_ms"]]],
+                    fmt="none", ecolor="black", elinewidth=1.2, capsize=4, zorder=4)
+    _star(ax, [x], [row["winner_ms"]], size)
+
+
 def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
-    """Per region: every measured trial at (relative error, latency); the budget as a line."""
+    """Per region: every measured trial at (relative error, latency); the budget as a line.
+    Errors far below the budget are drawn at the axis' left edge (◂) rather than leaving
+    decades of empty axis between them and the budget."""
     title = (
         "Latency vs error (left of the red line passes the budget; lower is faster; "
         "★ = winner at its declared latency)"
@@ -218,14 +233,15 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     fig, axes = _grid(len(regions), title)
     for ax, (key, fp, row) in zip(axes, regions):
         r = t[(t["region_key"] == key) & (t["fingerprint"] == fp)].copy()
-        r["rel_error"] = r["rel_error"].clip(lower=1e-9)
+        floor = row["budget"] * ERROR_DECADES
+        below = r["rel_error"] < floor
+        r["rel_error"] = r["rel_error"].clip(lower=floor)
         for lane, g in r.groupby("lane"):
-            ok = g[g["status"] == "ok"]
-            bad = g[g["status"] != "ok"]
-            ax.scatter(ok["rel_error"], ok["latency_ms"], s=22, color=colors[lane], alpha=0.8)
-            ax.scatter(
-                bad["rel_error"], bad["latency_ms"], s=26, color=colors[lane], marker="x", alpha=0.8
-            )
+            for fails, marker in ((False, "o"), (True, "x")):
+                for low, m in ((False, marker), (True, "<")):
+                    pick = g[((g["status"] != "ok") == fails) & (below[g.index] == low)]
+                    ax.scatter(pick["rel_error"], pick["latency_ms"], s=24, color=colors[lane],
+                               marker=m, alpha=0.8)
         front = _pareto(r[r["status"] == "ok"])
         if len(front) > 1:
             ax.step(
@@ -239,20 +255,25 @@ def latency_vs_error(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.axvline(row["budget"], color=BUDGET, ls="--", lw=1.5)
         if row.get("declared") and pd.notna(row["winner_rel_error"]):
             # at its declared latency, which may sit off its own sweep point
-            _star(ax, [max(row["winner_rel_error"], 1e-9)], [row["winner_ms"]], 220)
+            _winner_mark(ax, max(row["winner_rel_error"], floor), row, 220)
         else:
             win = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
             if not win.empty:
                 _star(ax, win["rel_error"], win["latency_ms"], 220)
         ax.set_xscale("log")
+        worst = r["rel_error"].max() if len(r) else row["budget"]  # a region with no trial
+        ax.set_xlim(floor / 1.6, max(worst, row["budget"]) * 2.5)
         ax.set_yscale("log")
-        _log_ms_axis(ax, pd.concat([r["latency_ms"], pd.Series([row["winner_ms"]])]))
+        _log_ms_axis(ax, pd.concat([r["latency_ms"], pd.Series(
+            [row["winner_ms"], row.get("winner_low_ms"), row.get("winner_high_ms")])]))
         ax.set_xlabel("relative error ‖out−ref‖/‖ref‖")
         ax.set_ylabel("latency (ms)")
         ax.set_title(_panel_title(row, many), fontsize=11)
     handles = [Line2D([], [], ls="", marker="o", color=c, label=n) for n, c in colors.items()]
     handles += [
         Line2D([], [], ls="", marker="x", color="black", label="failed (wrong/NaN)"),
+        Line2D([], [], ls="", marker="<", color="black",
+               label=f"error below {ERROR_DECADES:g} × budget (at the edge)"),
         Line2D(
             [], [], ls="", marker="*", ms=14, color=WINNER, markeredgecolor="black", label="winner"
         ),
@@ -286,11 +307,19 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         if best.notna().any():
             final = best.dropna().iloc[-1]
             first = int(r["trial"][best == final].iloc[0])
-            _star(ax, [first], [final], 160)
+            found = r[(r["lane"] == row["winner"]) & (r["config"] == row["winner_config"])]
+            if row.get("declared") and not found.empty:
+                # the winner at its declared latency (the table's), where the search found it
+                first = int(found["trial"].iloc[0])
+                _winner_mark(ax, first, row, 160)
+                said = f"winner {_fmt_ms(row['winner_ms'])} (declared), found at trial"
+            else:
+                _star(ax, [first], [final], 160)
+                said = f"sweep best {_fmt_ms(final)}, found at trial"
             ax.text(
                 0.97,
                 0.93,
-                f"sweep best {_fmt_ms(final)}, found at trial {first} of {len(r)}",
+                f"{said} {first} of {len(r)}",
                 transform=ax.transAxes,
                 ha="right",
                 va="top",
@@ -298,7 +327,8 @@ def convergence(trials: pd.DataFrame, summary: pd.DataFrame) -> Figure:
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             )
             top = ok.quantile(0.9) if ok.notna().sum() > 3 else ok.max()
-            high = max(top, row.get("vendor_ms") or 0, final)
+            high = max(top, row.get("vendor_ms") or 0, final, row.get("winner_high_ms") or 0)
+            final = min(final, row.get("winner_low_ms") or final)
             if final > 0 and high / final > 20:
                 # one slow lane would flatten the rest on a linear axis
                 ax.set_yscale("log")
@@ -343,7 +373,13 @@ def speedup(summary: pd.DataFrame) -> Figure:
             va="center",
             fontsize=9,
         )
-    ax.set_xlim(0, s["speedup"].max() * 1.9)
+    low, high = s["speedup"].min(), s["speedup"].max()
+    if high / low >= 10:  # one large ratio would flatten the others on a linear axis
+        ax.set_xscale("log")
+        ax.set_xlim(min(low, 1.0) / 1.5, high * 8)
+        ax.xaxis.set_major_formatter(PLAIN)
+    else:
+        ax.set_xlim(0, high * 1.9)
     ax.set_xlabel("speed-up over vendor lane (×; dashed line = same speed)")
     missing = summary[summary["speedup"].isna()]["region"].tolist()
     if missing:
@@ -359,6 +395,17 @@ def speedup(summary: pd.DataFrame) -> Figure:
         )
     ax.set_title(title, fontsize=12, fontweight="bold")
     return fig
+
+
+def _cache_bytes() -> int | None:
+    """The largest CPU cache of the machine drawing the report (Linux), else None."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        with contextlib.suppress(ValueError):
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes) if sizes else None
 
 
 def _ceiling(ceilings: pd.DataFrame, fingerprint: str, names: tuple[str, ...]) -> float | None:
@@ -475,7 +522,13 @@ def roofline(
 
     b = s.sort_values("gbytes_s")
     y = np.arange(len(b))
-    bx.barh(y, b["gbytes_s"], color=[colors[n] for n in b["winner"]])
+    cache = _cache_bytes()
+    # a working set that fits in the cache is not served by DRAM: its rate may pass the roof
+    resident = [(cache is not None and p == "cpu" and n <= cache)
+                or (bw is not None and g > bw / 1e9)
+                for p, n, g in zip(b["platform"], b["bytes"], b["gbytes_s"])]
+    bx.barh(y, b["gbytes_s"], color=[colors[n] for n in b["winner"]],
+            hatch=["//" if r else "" for r in resident], edgecolor="white")
     bx.set_yticks(y, b["region"])
     top = b["gbytes_s"].max()
     if bw:
@@ -490,9 +543,15 @@ def roofline(
         )
         bx.set_ylim(-1.3, len(b) - 0.4)
         top = max(top, bw / 1e9)
-        for yi, g in zip(y, b["gbytes_s"]):
-            bx.text(g, yi, f" {g:.1f} ({100 * g / (bw / 1e9):.0f}%)", va="center", fontsize=8)
-    bx.set_xlim(0, top * 1.3)
-    bx.set_xlabel("achieved GB/s (inputs read once + output written once, f32)")
+        for yi, g, r in zip(y, b["gbytes_s"], resident):
+            note = ", cache-resident" if r else ""
+            bx.text(g, yi, f" {g:.1f} ({100 * g / (bw / 1e9):.0f}%{note})", va="center",
+                    fontsize=8)
+    bx.set_xlim(0, top * 1.45)
+    label = "achieved GB/s (inputs read once + output written once)"
+    if any(resident):
+        label += ("\nhatched: the working set fits in the cache"
+                  + (f" ({cache / 2**20:g} MiB here)" if cache else "") + ": not a DRAM rate")
+    bx.set_xlabel(label)
     bx.set_title("memory: achieved bandwidth of every winner", fontsize=11)
     return fig
