@@ -30,12 +30,16 @@ COMMANDS = {
     "best": ("best", "the recorded winner for each region (from the records, no re-measuring)"),
     "db": ("db", "record-store maintenance: `arbiter db upgrade`"),
     "emit": ("emit", "print a lane's generated source (or ISA / PTX / asm with --asm)"),
-    "export": ("export", "write the records in another tool's form (optuna: for optuna-dashboard)"),
+    "export": ("export", "the records as CSV, Parquet or JSON, or as Optuna studies"),
+    "replay": ("replay", "replay recorded sweeps without measuring: trials each sampler needs"),
 }
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     p = argparse.ArgumentParser(prog="arbiter", description="Autotuning arbiter for fused kernels.")
+    p.add_argument("--version", action="version", version=f"arbiter {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():

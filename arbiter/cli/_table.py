@@ -6,7 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["print_json", "print_table"]
+from .. import JSON_SCHEMA
+
+__all__ = ["json_text", "print_json", "print_table"]
 
 
 def _cell(v: Any) -> str:
@@ -25,5 +27,18 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
+def _with_schema(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {"schema": JSON_SCHEMA, **obj}
+    if isinstance(obj, list):
+        return [_with_schema(o) if isinstance(o, dict) else o for o in obj]
+    return obj
+
+
+def json_text(rows: Any) -> str:
+    """Rows (a list of objects, or one object) as JSON, each object with its `schema`."""
+    return json.dumps(_with_schema(rows), indent=2, sort_keys=True)
+
+
 def print_json(rows: Any) -> None:
-    print(json.dumps(rows, indent=2, sort_keys=True))
+    print(json_text(rows))

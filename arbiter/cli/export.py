@@ -1,72 +1,113 @@
-"""`arbiter export optuna`: the records' searches as Optuna studies in the same database, one
-per region and environment, for `optuna-dashboard`: each candidate built and run, with its
-params, its latency in ms as the value and the accuracy constraint. Studies written before get
-only what they lack. (Optuna's storage takes milliseconds a trial: a sweep leaves this to the
-user who wants the dashboard.)"""
+"""`arbiter export`: the records out of Arbiter.
+
+Without a target, a table of the records (`--what trials|winners`, the report's pandas frames)
+written as CSV, Parquet or JSON. `arbiter export optuna` writes the searches as Optuna studies
+in the same database, one per region and environment, for `optuna-dashboard`: each candidate
+built and run, with its params, its latency in ms as the value and the accuracy constraint.
+Studies written before get only what they lack. (Optuna's storage takes milliseconds a trial:
+a sweep leaves this to the user who wants the dashboard.)"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from ..settings import settings
 
+FORMATS = ("csv", "parquet", "json")
+TABLES = ("winners", "trials")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["optuna"],
+    p.add_argument("target", nargs="?", choices=["optuna"],
                    help="optuna: the searches as Optuna studies in the same database, for "
-                   "optuna-dashboard")
+                   "optuna-dashboard; without it, a table of the records")
+    p.add_argument("--what", choices=TABLES, default="winners",
+                   help="winners: one row per declared winner (default); trials: one row per "
+                   "measurement (sweep, final re-timing, verification)")
+    p.add_argument("--format", choices=FORMATS, default="csv", help="default csv")
+    p.add_argument("--out", metavar="FILE", help="write here (default: standard output; "
+                   "parquet needs a file)")
     p.add_argument("--db", help="SQLAlchemy URL of the records (default: $ARBITER_DB or "
                    "sqlite:///arbiter.db)")
 
 
 def main(args: argparse.Namespace) -> int:
     url = args.db or settings().db
+    if args.target is None:
+        write_table(table(url, args.what), args.format, args.out)
+        return 0
     names = export_optuna(url)
     print(f"{url}: {len(names)} Optuna studies written (optuna-dashboard {url})")
     return 0
 
 
+def table(url: str, what: str) -> Any:
+    """The records as a pandas frame: `winners` or every measurement (`trials`)."""
+    from ..report import open_records, trials, winners
+
+    open_records(url)
+    return winners(url) if what == "winners" else trials(url, measurements=None)
+
+
+def write_table(frame: Any, fmt: str, out: str | None) -> None:
+    """CSV, Parquet or JSON (a list of rows, each with the `schema` key every `--json` row
+    carries) to `out`, or to standard output."""
+    import sys
+
+    from .._errors import ArbiterError
+    from ._table import json_text
+
+    if fmt == "parquet" and out is None:
+        raise ArbiterError("--format parquet writes a file: give --out FILE")
+    try:
+        if fmt == "parquet":
+            frame.to_parquet(out, index=False)
+        elif fmt == "csv":
+            frame.to_csv(out or sys.stdout, index=False)
+        else:
+            text = json_text(json.loads(frame.to_json(orient="records", date_format="iso")))
+            if out is None:
+                print(text)
+            else:
+                Path(out).write_text(text + "\n")
+    except ImportError as e:
+        raise ArbiterError(f"--format parquet needs pyarrow (pip install pyarrow): {e}") from e
+    except OSError as e:
+        raise ArbiterError(f"cannot write {out}: {e.strerror or e}") from e
+
+
 def export_optuna(url: str) -> list[str]:
     """Write the studies; their names."""
-    from sqlalchemy import select
-
-    from ..check import budget_of
     from ..lane import get_lane, lane_names
-    from ..records import CandidateModel, EnvironmentModel, Records, RegionModel, session_scope
-    from ..region import region_from_canonical
     from ..search import plan
+    from ._swept import swept
 
-    records = Records(url, create=False)
-    with session_scope(url) as s:
-        swept = s.execute(select(RegionModel.id, RegionModel.name, RegionModel.canonical,
-                                 EnvironmentModel.id, EnvironmentModel.fingerprint)
-                          .join(CandidateModel, CandidateModel.region_id == RegionModel.id)
-                          .join(EnvironmentModel,
-                                EnvironmentModel.id == CandidateModel.environment_id)
-                          .distinct().order_by(RegionModel.id, EnvironmentModel.id)).all()
     installed = set(lane_names())
     names = []
-    for region_id, name, canonical, env_id, fp in swept:
-        region = region_from_canonical(canonical).with_name(name)
-        results = records.results(region_id, env_id)
+    for sweep, results in swept(url):
         lanes = [get_lane(n) for n in sorted({r.lane for r in results}) if n in installed]
-        declared = records.winners(region_id, env_id)
-        budget = declared[-1]["budget"] if declared else budget_of(region)
-        p = plan(region, lanes, results, len(results))
-        names.append(_name(region, fp, p))
-        _write(url, names[-1], p, budget)
+        p = plan(sweep.region, lanes, results, len(results))
+        names.append(_name(sweep.region, sweep.fingerprint, json.loads(sweep.details), p))
+        _write(url, names[-1], p, sweep.budget)
     return names
 
 
-def _name(region: Any, fingerprint: str, p: Any) -> str:
-    """Readable, and one per set of lanes and choices (a study's distributions never change
-    under one name)."""
+def _name(region: Any, fingerprint: str, details: dict[str, Any], p: Any) -> str:
+    """Readable, region name first and the machine in words, and one per set of lanes and
+    choices (a study's distributions never change under one name); the hashes come last."""
     lanes = ";".join(f"{n}@{p.lanes[n].version}:" + ",".join(
         f"{t.name}={t.choices!r}" for t in p.spaces[n].tunables) for n in sorted(p.lanes))
     tag = hashlib.sha256(lanes.encode()).hexdigest()[:8]
-    return f"{region.label} [{region.key[:8]}] env {fingerprint[:8]} lanes {tag}"
+    gpus = [g for names in (details.get("gpu") or {}).values() for g in names]
+    machine = ", ".join(gpus) if gpus else (
+        f"{details.get('cpu') or 'cpu'} ({details.get('usable_cpus', '?')} cpus)")
+    shape = "" if region.label == region.describe() else f" {region.describe()}"
+    return (f"{region.label}{shape} on {machine} "
+            f"[region {region.key[:8]}, env {fingerprint[:8]}, lanes {tag}]")
 
 
 def _write(url: str, name: str, p: Any, budget: float) -> None:
