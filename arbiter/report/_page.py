@@ -33,23 +33,27 @@ FIGURES = {
         "Fused vs unfused",
         "How much faster the winner is than the vendor lane's eager chain "
         "(one library call per op), both timed in the same interleaved rounds unless the "
-        "label says otherwise. 1× means fusing bought nothing.",
+        "label says otherwise. 1× means fusing bought nothing; the axis is logarithmic when "
+        "the ratios span a decade or more.",
     ),
     "latency_vs_error": (
         "Latency vs error",
-        "Every timed trial. Points left of the red budget line pass; the black "
-        "step is the front a different budget would pick from without "
-        "re-measuring.",
+        "Every timed trial. Points left of the red budget line pass; ◂ marks an error more "
+        "than 100× below the budget, drawn at the axis' edge. The star with whiskers is the "
+        "winner at its declared latency and 95% interval (the table's numbers); the black "
+        "step is the front a different budget would pick from without re-measuring.",
     ),
     "convergence": (
         "Search convergence",
-        "Best passing latency found so far against trial number. A long flat tail "
-        "means the search had converged.",
+        "Best passing sweep latency found so far against trial number; the star with "
+        "whiskers is the winner at its declared latency and interval, at the trial that "
+        "first measured it. A long flat tail means the search had converged.",
     ),
     "roofline": (
         "Roofline position",
         "Achieved FLOP/s and GB/s of each winner against this machine's measured "
-        "copy bandwidth and matmul rate (and a named reference model's peaks).",
+        "copy bandwidth and matmul rate (a named model's peaks only when asked, labelled "
+        "as that model). A hatched bar's working set fits in the cache: not a DRAM rate.",
     ),
 }
 
