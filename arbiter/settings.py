@@ -21,6 +21,7 @@ _ENV = {
     "cuda_arch": "ARBITER_CUDA_ARCH",
     "extra_lanes": "ARBITER_EXTRA_LANES",
     "cc": "ARBITER_CC",
+    "gfx11_emulation": "ARBITER_GFX11_EMULATION",
 }
 
 
@@ -32,6 +33,7 @@ class Settings:
     cuda_arch: str | None
     extra_lanes: str  # "name=module:attr,..." lanes registered without an entry point
     cc: str
+    gfx11_emulation: bool  # GPU lanes run their gfx11 code paths on an NVIDIA GPU (slow)
 
 
 def _default_cache_dir() -> Path:
@@ -50,6 +52,7 @@ def settings() -> Settings:
         cuda_arch=env["cuda_arch"],
         extra_lanes=env["extra_lanes"] or "",
         cc=env["cc"] or "gcc",
+        gfx11_emulation=(env["gfx11_emulation"] or "0") not in ("0", "false", "no", "off"),
     )
 
 

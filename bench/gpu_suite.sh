@@ -5,6 +5,8 @@
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh picks   # GPU lanes at benchmark scale (h200_picks.toml)
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh workers # `tune --workers`: one worker per GPU
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh dtypes  # bf16 storage, decode and GEMV (bench/dtypes.py)
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh gfx11   # the GPU tests on the lanes' gfx11 code paths,
+#                                                # emulated (ARBITER_GFX11_EMULATION=1; slow)
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +48,10 @@ for step in "$@"; do
     dtypes)
       timeout 560 python3 bench/dtypes.py --out "$out" >"$out/dtypes.txt" 2>&1
       echo "dtypes: rc=$? in $((SECONDS - t0)) s"; tail -40 "$out/dtypes.md" ;;
-    *) echo "unknown step $step (tests, tune, picks, workers, dtypes)"; exit 2 ;;
+    gfx11)
+      ARBITER_GFX11_EMULATION=1 timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rf \
+        -m gpu tests/lanes >"$out/gfx11.txt" 2>&1
+      echo "gfx11 (emulated): rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/gfx11.txt")" ;;
+    *) echo "unknown step $step (tests, tune, picks, workers, dtypes, gfx11)"; exit 2 ;;
   esac
 done

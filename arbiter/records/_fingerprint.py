@@ -85,7 +85,7 @@ def _version(dist: str) -> str | None:
 
 
 @lru_cache(maxsize=4)
-def _details(cc: str, cpus: int) -> Fingerprint:
+def _details(cc: str, cpus: int, gfx11_emulation: bool) -> Fingerprint:
     from .. import __version__
 
     compilers = (cc, *COMPILERS)
@@ -106,6 +106,8 @@ def _details(cc: str, cpus: int) -> Fingerprint:
         "compilers": {c: v for c, v in versions.items() if v},
         "libraries": {d: v for d in LIBRARIES if (v := _version(d))},
     }
+    if gfx11_emulation:  # gfx11 code paths emulated on NVIDIA: slow, never mixed with real ones
+        details["gfx11_emulation"] = True
     return Fingerprint(details)
 
 
@@ -116,4 +118,5 @@ def fingerprint(cpus: int | None = None) -> Fingerprint:
     """This machine's fingerprint (computed once per process, again if its CPU set changes);
     `cpus`: that of a process of this machine allowed that many CPUs (a worker it starts)."""
     with _ONCE:
-        return _details(settings().cc, cpus or usable_cores())
+        s = settings()
+        return _details(s.cc, cpus or usable_cores(), s.gfx11_emulation)

@@ -46,7 +46,7 @@
 #include "arb_gpu.h"
 
 /* ------------------------------------------------------------------------------------------ */
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #error "arb_frag.h: the NVIDIA backend needs sm_80 or newer (mma.sync m16n8k16, bf16, cp.async)"
@@ -191,28 +191,30 @@ __device__ __forceinline__ void arb_cp_async_wait() {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-#else /* HIP: gfx11 WMMA, wave32 */
+#else /* gfx11 WMMA, wave32 (HIP, or NVIDIA under arb_gfx11_emu.h) */
 
 #define ARB_FRAG_BACKEND_WMMA 1
 
 #if defined(ARB_FRAG_BF16)
 /* bf16 travels as its bit pattern; the builtin takes vectors of 16 shorts. */
 typedef unsigned short arb_op_t;
-typedef short arb_frag_vec __attribute__((ext_vector_type(16)));
+typedef arb_v16s arb_frag_vec;
+typedef short arb_frag_elem;
 __device__ __forceinline__ arb_op_t arb_op_from_float(float f) { return arb_bf16_bits(f); }
 __device__ __forceinline__ float arb_op_to_float(arb_op_t h) {
     return __builtin_bit_cast(float, (unsigned int)h << 16);
 }
 #define ARB_WMMA(a, b, c) __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(a, b, c)
 #else
-typedef _Float16 arb_op_t;
-typedef _Float16 arb_frag_vec __attribute__((ext_vector_type(16)));
+typedef arb_f16_t arb_op_t;
+typedef arb_v16h arb_frag_vec;
+typedef arb_f16_t arb_frag_elem;
 __device__ __forceinline__ arb_op_t arb_op_from_float(float f) { return (arb_op_t)f; }
 __device__ __forceinline__ float arb_op_to_float(arb_op_t h) { return (float)h; }
 #define ARB_WMMA(a, b, c) __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c)
 #endif
 
-typedef float arb_frag_v8f __attribute__((ext_vector_type(8)));
+typedef arb_v8f arb_frag_v8f;
 
 __device__ __forceinline__ unsigned int arb_pack2(float lo, float hi) {
     const arb_op_t l = arb_op_from_float(lo), h = arb_op_from_float(hi);
@@ -232,19 +234,19 @@ __device__ __forceinline__ short arb_op_bits(arb_op_t h) { return __builtin_bit_
 __device__ __forceinline__ void arb_frag_load_a(arb_frag_a& a, const arb_op_t* p, int ld) {
     const arb_op_t* row = p + (arb_lane_id() & 15) * ld;
 #pragma unroll
-    for (int k = 0; k < 16; ++k) a.x[k] = __builtin_bit_cast(__typeof__(a.x[0]), row[k]);
+    for (int k = 0; k < 16; ++k) a.x[k] = __builtin_bit_cast(arb_frag_elem, row[k]);
 }
 
 __device__ __forceinline__ void arb_frag_load_b(arb_frag_b& b, const arb_op_t* p, int ld) {
     const arb_op_t* col = p + (arb_lane_id() & 15);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) b.x[k] = __builtin_bit_cast(__typeof__(b.x[0]), col[k * ld]);
+    for (int k = 0; k < 16; ++k) b.x[k] = __builtin_bit_cast(arb_frag_elem, col[k * ld]);
 }
 
 __device__ __forceinline__ void arb_frag_load_bt(arb_frag_b& b, const arb_op_t* p, int ld) {
     const arb_op_t* row = p + (arb_lane_id() & 15) * ld;
 #pragma unroll
-    for (int k = 0; k < 16; ++k) b.x[k] = __builtin_bit_cast(__typeof__(b.x[0]), row[k]);
+    for (int k = 0; k < 16; ++k) b.x[k] = __builtin_bit_cast(arb_frag_elem, row[k]);
 }
 
 /* Shared-memory forms: a row of 16 elements is two 16-byte loads. */
@@ -276,7 +278,13 @@ __device__ __forceinline__ void arb_frag_mma(arb_frag_acc& c, const arb_frag_a& 
     for (int v = 0; v < 8; ++v) c.x[v] = acc[v];
 }
 
+#if defined(ARB_GFX11_FAULT_C_LAYOUT)
+/* A test's deliberately wrong layout (rows in halves, not interleaved): the gfx11 emulation's
+ * check must fail it. Never defined by a lane. */
+__device__ __forceinline__ int arb_acc_row(int v) { return v + 8 * (arb_lane_id() >> 4); }
+#else
 __device__ __forceinline__ int arb_acc_row(int v) { return 2 * v + (arb_lane_id() >> 4); }
+#endif
 __device__ __forceinline__ int arb_acc_col(int v) { return arb_lane_id() & 15; }
 
 __device__ __forceinline__ void arb_cp_async16(void* dst_smem, const void* src_global) {
@@ -301,7 +309,7 @@ __device__ __forceinline__ void arb_frag_acc_to_a_lds(arb_frag_a& a, const arb_f
 #pragma unroll
     for (int v = 0; v < 8; ++v)
         scratch[arb_acc_row(v) * ld + arb_acc_col(v)] = arb_op_from_float(c.x[v]);
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
     __syncwarp();
 #else
     __builtin_amdgcn_wave_barrier();

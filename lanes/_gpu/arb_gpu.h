@@ -42,7 +42,13 @@ typedef cudaFuncAttribute hipFuncAttribute;
 __device__ __forceinline__ float arb_shfl_xor(float v, int mask) {
     return __shfl_xor_sync(0xffffffffu, v, mask);
 }
+#if defined(ARB_GFX11_EMU)
+#include "arb_gfx11_emu.h"
+#endif
 #else
+#if defined(ARB_GFX11_EMU)
+#error "ARB_GFX11_EMU emulates gfx11 on NVIDIA: build with nvcc"
+#endif
 #define ARB_HIP 1
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
@@ -81,6 +87,18 @@ __device__ __forceinline__ float arb_shfl_xor(float v, int mask) {
 
 #include <math.h>
 
+/* Device code takes the gfx11 (RDNA3 wave32, WMMA) paths on HIP, and on NVIDIA under the gfx11
+ * emulation (arb_gfx11_emu.h); the mma.sync paths otherwise. Host code follows ARB_CUDA. */
+#if !defined(ARB_CUDA) || defined(ARB_GFX11_EMU)
+#define ARB_GFX11 1
+#endif
+#if defined(ARB_GFX11) && !defined(ARB_GFX11_EMU)
+typedef _Float16 arb_f16_t;
+typedef _Float16 arb_v16h __attribute__((ext_vector_type(16)));
+typedef short arb_v16s __attribute__((ext_vector_type(16))); /* bf16 as bit patterns */
+typedef float arb_v8f __attribute__((ext_vector_type(8)));
+#endif
+
 /* gfx11 (RDNA 3/3.5) is compiled wave32 for HIP by default; NVIDIA warps are 32 wide. */
 #define ARB_WARP 32
 #define ARB_HOST_DEVICE __host__ __device__
@@ -112,7 +130,7 @@ __device__ __forceinline__ float arb_rsqrt(float x) { return 1.0f / __builtin_sq
 #endif
 __device__ __forceinline__ float arb_sigmoid(float x) { return 1.0f / (1.0f + arb_exp(-x)); }
 
-#if !defined(ARB_CUDA)
+#if defined(ARB_GFX11)
 /* bf16 on HIP travels as its bit pattern: f32 -> bf16 bits, round to nearest even, a NaN stays
  * a (quiet) NaN. The storage type and arb_frag.h's bf16 operands both round through this. */
 __device__ __forceinline__ unsigned short arb_bf16_bits(float f) {

@@ -90,6 +90,13 @@ def toolchain() -> Toolchain:
     return Toolchain(shutil.which("nvcc") and "nvcc", shutil.which("hipcc") and "hipcc", clang)
 
 
+def emulating_gfx11() -> bool:
+    """ARBITER_GFX11_EMULATION: GPU lanes take their gfx11 code paths (ROCm spaces and
+    sources), built by nvcc with arb_gfx11_emu.h and run on an NVIDIA GPU. For correctness
+    only: the emulated WMMA is slow."""
+    return settings().gfx11_emulation
+
+
 def gpu_platform() -> Platform:
     """The platform a GPU lane would run on here: the detected GPU's, else ROCm (the target)."""
     gpu = detect_gpu()

@@ -49,7 +49,7 @@
 /* 16-byte loads per lane per row slice of 8 elements: 1 for 16-bit storage, 2 for f32 */
 #define DEC_W ((int)(8 * sizeof(arb_store_t) / 16))
 
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
 __device__ __forceinline__ float dec_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); /* exp2(-inf) = +0 */

@@ -67,7 +67,7 @@ typedef float4 fa2_vec;
 #define FA2_SQP (((FA2_SQ + FA2_BQ - 1) / FA2_BQ) * FA2_BQ) /* padded rows of the 16-bit copies */
 #define FA2_SKP (((FA2_SK + FA2_BK - 1) / FA2_BK) * FA2_BK)
 /* 16-bit storage on NVIDIA needs no copies: the tensors themselves, rows as they are */
-#if FA2_NATIVE && FA2_PREPASS && defined(ARB_CUDA)
+#if FA2_NATIVE && FA2_PREPASS && !defined(ARB_GFX11)
 #define FA2_DIRECT 1
 #else
 #define FA2_DIRECT 0
@@ -80,7 +80,7 @@ typedef float4 fa2_vec;
 #define FA2_KROWS FA2_SKP
 #endif
 
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
 /* ---------------------------------------------------------------- NVIDIA: mma.sync m16n8k16 */
 #define FA2_SLOTS 2 /* rows per lane in an accumulator tile: g and g + 8 */
 typedef unsigned int fa2_u32;
@@ -201,13 +201,13 @@ __device__ __forceinline__ void fa2_block_sync() { __syncthreads(); }
 #else
 /* ---------------------------------------------------------- gfx11: v_wmma_f32_16x16x16 w32 */
 #define FA2_SLOTS 8 /* rows per lane in an accumulator tile: 2v + (lane >> 4) */
-typedef float fa2_v8f __attribute__((ext_vector_type(8)));
+typedef arb_v8f fa2_v8f;
 #if defined(FA2_BF16)
-typedef short fa2_v16 __attribute__((ext_vector_type(16)));
+typedef arb_v16s fa2_v16;
 typedef short fa2_h;
 #else
-typedef _Float16 fa2_v16 __attribute__((ext_vector_type(16)));
-typedef _Float16 fa2_h;
+typedef arb_v16h fa2_v16;
+typedef arb_f16_t fa2_h;
 #endif
 struct fa2_a { fa2_v16 v; };   /* lane l: row l & 15, k 0..15 (lanes 16-31 duplicate) */
 struct fa2_b { fa2_v16 v; };   /* lane l: column l & 15, k 0..15 (lanes 16-31 duplicate) */
@@ -226,7 +226,7 @@ __device__ __forceinline__ fa2_h fa2_cvt(float f) {
     u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
     return (short)(u >> 16);
 #else
-    return (_Float16)f;
+    return (fa2_h)f;
 #endif
 }
 
@@ -353,7 +353,7 @@ __device__ __forceinline__ void fa2_put_rows(const fa2_stage& s, void* dst) {
         const int key = idx / (FA2_D / FA2_VEC), c = (idx % (FA2_D / FA2_VEC)) * FA2_VEC;
 #if FA2_NATIVE /* already the operand type: one 16-byte store (rows are 16-byte aligned) */
         *reinterpret_cast<uint4*>(static_cast<unsigned short*>(dst) + key * FA2_LDK + c) = s.r[i];
-#elif defined(ARB_CUDA)
+#elif !defined(ARB_GFX11)
         uint2 w = make_uint2(fa2_pack2(s.r[i].x, s.r[i].y), fa2_pack2(s.r[i].z, s.r[i].w));
         *reinterpret_cast<uint2*>(static_cast<unsigned short*>(dst) + key * FA2_LDK + c) = w;
 #else
@@ -688,7 +688,7 @@ fa2_forward(const arb_store_t* __restrict__ q, const arb_store_t* __restrict__ k
 #endif
         if (active) {
             /* O += P V */
-#if !defined(ARB_CUDA)
+#if defined(ARB_GFX11)
 #pragma unroll
             for (int n = 0; n < FA2_NT; ++n) fa2_p_store(s[n], static_cast<fa2_h*>(sP), n);
             fa2_warp_sync();
@@ -696,7 +696,7 @@ fa2_forward(const arb_store_t* __restrict__ q, const arb_store_t* __restrict__ k
 #pragma unroll
             for (int n = 0; n < FA2_NT; ++n) {
                 fa2_a pa;
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
                 fa2_p_to_a(pa, s[n], sP, n);
 #else
                 fa2_p_load(pa, static_cast<const fa2_h*>(sP), n);

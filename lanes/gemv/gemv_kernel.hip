@@ -89,7 +89,7 @@ __device__ __forceinline__ void gemv_fma_row(float (&acc)[GEMV_M][GEMV_COLS], co
 
 /* A partial sum read back by the tile's last block: past L1, which is not coherent. */
 __device__ __forceinline__ float gemv_load_partial(const float* p) {
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
     return __ldcg(p);
 #else
     return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);

@@ -18,7 +18,7 @@ from .._scalar_body import attention_defines, visible_keys
 __all__ = ["attention_space", "emit_attention"]
 
 _KERNEL = r"""
-#if defined(ARB_CUDA)
+#if !defined(ARB_GFX11)
 #define ATT_WARP_SYNC() __syncwarp()
 #else
 #define ATT_WARP_SYNC()                                     \
