@@ -320,11 +320,15 @@ def test_without_a_c_compiler_every_lane_means_the_usable_ones(env, tmp_path):
         pytest.skip("a GPU lane is usable here: a sweep of every lane would tune it too")
     e = {k: v for k, v in env.items() if k != "ARBITER_EXTRA_LANES"}
     e["ARBITER_CC"] = str(tmp_path / "no-such-cc")
-    rows = json.loads(arbiter(e, "tune", EXAMPLES, "--json").stdout)
-    assert len(rows) == 9 and all(r["lane"] == "numpy" and r["status"] == "ok" for r in rows)
+    spec = tmp_path / "two.toml"  # a matmul and a rowwise region: x86_c would take both
+    spec.write_text('[[region]]\nname = "mm"\nM = 16\nN = 32\nK = 8\nepilogue = ["bias"]\n'
+                    '[[region]]\nname = "rows"\nkind = "rowwise"\nM = 8\nN = 64\n'
+                    'reduction = "softmax"\n')
+    rows = json.loads(arbiter(e, "tune", spec, "--json").stdout)
+    assert len(rows) == 2 and all(r["lane"] == "numpy" and r["status"] == "ok" for r in rows)
     db = sqlite3.connect(tmp_path / "arbiter.db")
     assert db.execute("select distinct name from lanes").fetchall() == [("numpy",)]
-    p = arbiter(e, "tune", EXAMPLES, "--lanes", "x86_c,numpy", check=False)
+    p = arbiter(e, "tune", spec, "--lanes", "x86_c,numpy", check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1
     assert "lane 'x86_c' is not available here" in lines[0] and "no-such-cc" in lines[0]
