@@ -56,6 +56,20 @@ def _end_on(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _databases(args: argparse.Namespace) -> list[str]:
+    """The database URLs a command was given (their credentials are never printed)."""
+    from ..settings import settings
+
+    return [u for u in (getattr(args, "db", None), settings().db) if u]
+
+
+def _reader_left() -> int:
+    """`arbiter ... | head`: the reader left; what is still unwritten goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
@@ -65,21 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.main(args) or 0)
     except ArbiterError as e:
-        print(f"arbiter: error: {one_line(str(e))}", file=sys.stderr)
+        print(f"arbiter: error: {one_line(str(e), *_databases(args))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("arbiter: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `arbiter ... | head`: the reader left; no traceback for that
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    except BrokenPipeError:  # no traceback for that
+        return _reader_left()
 
 
 def console() -> int:
     """The `arbiter` command: `main`, then the databases closed (SQLite folds its write-ahead
     log into the file at the last close)."""
     code = main()
+    try:  # output to a pipe waits in a buffer till here: the reader may have left meanwhile
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_left()
     records = sys.modules.get("arbiter.records._session")  # none where it was never imported
     if records is not None:
         records.close_engines()

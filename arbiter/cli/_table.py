@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from .. import JSON_SCHEMA
+from .._json import dumps
 
 __all__ = ["json_text", "print_json", "print_table"]
 
@@ -37,7 +37,7 @@ def _with_schema(obj: Any) -> Any:
 
 def json_text(rows: Any) -> str:
     """Rows (a list of objects, or one object) as JSON, each object with its `schema`."""
-    return json.dumps(_with_schema(rows), indent=2, sort_keys=True)
+    return dumps(_with_schema(rows), indent=2, sort_keys=True)
 
 
 def print_json(rows: Any) -> None:

@@ -11,13 +11,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from .._errors import masked_url
     from ..records import upgrade
     from ..settings import settings
 
     url = args.db or settings().db
     before, after = upgrade(url)
+    shown = masked_url(url)
     if before == after:
-        print(f"{url}: already at schema {after}")
+        print(f"{shown}: already at schema {after}")
     else:
-        print(f"{url}: schema {before or 'empty'} -> {after}")
+        print(f"{shown}: schema {before or 'empty'} -> {after}")
     return 0

@@ -36,12 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from .._errors import masked_url
+
     url = args.db or settings().db
     if args.target is None:
         write_table(table(url, args.what), args.format, args.out)
         return 0
     names = export_optuna(url)
-    print(f"{url}: {len(names)} Optuna studies written (optuna-dashboard {url})")
+    shown = masked_url(url)
+    print(f"{shown}: {len(names)} Optuna studies written (optuna-dashboard {shown})")
     return 0
 
 

@@ -15,7 +15,7 @@ from .._errors import ArbiterError, InputError, SpecError
 from ..api import best, parse_config, run, spec_regions
 from ..check import random_inputs
 from ..lane import get_lane
-from ..region import Spec, input_shapes, storage_view
+from ..region import Region, Spec, input_shapes, numpy_dtype, storage_view
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,17 +42,67 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
+def _header(f: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """An .npy member's shape and dtype, from its header alone."""
+    version = np.lib.format.read_magic(f)
+    read = {(1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:
+        raise ValueError(f".npy format {version[0]}.{version[1]} is not read here")
+    shape, _, dtype = read(f)
+    return tuple(shape), dtype
+
+
+def _starts_with(path: Path, prefix: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
+def _load_npz(path: Path, region: Region) -> dict[str, np.ndarray]:
+    """The input arrays in an .npz (an "out" member is passed over). Every member's header
+    is checked against the region, shape and dtype, before any data is read: a small file
+    can declare an array of many GB (a decompression bomb)."""
     if not path.exists():
         return {}
+    shapes, want = input_shapes(region), numpy_dtype(region.dtype)
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded as z:
-                return {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        with zipfile.ZipFile(path) as z:
+            members = [m for m in z.infolist() if not m.is_dir()]
+            names = [m.filename.removesuffix(".npy") for m in members]
+            if len(set(names)) < len(names) or not all(m.filename.endswith(".npy")
+                                                       for m in members):
+                raise InputError(f"{path}: not an .npz file of named arrays (each once)")
+            unknown = sorted(set(names) - set(shapes) - {"out"})
+            if unknown:
+                raise InputError(f"{path}: {', '.join(unknown)} not among the inputs of "
+                                 f"{region.label} ({', '.join(shapes)})")
+            arrays = {}
+            for member, name in zip(members, names):
+                if name == "out":  # the output file of an earlier run, given as inputs
+                    continue
+                with z.open(member) as f:
+                    shape, dtype = _header(f)
+                stored = dtype == want or (dtype.kind == "V" and not dtype.fields
+                                           and dtype.itemsize == want.itemsize)  # (bf16)
+                if not stored:
+                    raise InputError(f"{path}: input {name!r} has dtype {dtype}, need {want} "
+                                     f"({region.dtype})")
+                if shape != shapes[name]:
+                    raise InputError(f"{path}: input {name!r} has shape {shape}, need "
+                                     f"{shapes[name]}")
+                with z.open(member) as f:
+                    arrays[name] = np.lib.format.read_array(f, allow_pickle=False)
+            return arrays
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        if _starts_with(path, np.lib.format.MAGIC_PREFIX):
+            raise InputError(f"{path}: one array (.npy), not an .npz file of named "
+                             "arrays") from None
         raise InputError(f"{path}: not a readable .npz file ({e})") from None
-    raise InputError(f"{path}: one array (.npy), not an .npz file of named arrays")
 
 
 def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
@@ -74,12 +124,7 @@ def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
         written = path is out_path or not path.exists()  # (drawn inputs are saved)
         if written and (not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
             raise InputError(f"{path}: its directory does not exist or cannot be written")
-    arrays = _load_npz(in_path)
-    # "out": the output file of an earlier run, given as the inputs of this one
-    unknown = sorted(set(arrays) - set(input_shapes(region)) - {"out"})
-    if unknown:
-        raise InputError(f"{in_path}: {', '.join(unknown)} not among the inputs of "
-                         f"{region.label} ({', '.join(input_shapes(region))})")
+    arrays = _load_npz(in_path, region)
     drawn = random_inputs(region, seed)
     missing = [n for n in input_shapes(region) if n not in arrays]
     for n in missing:

@@ -22,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from .._errors import masked_url
     from ..settings import settings
 
     token = args.token or os.environ.get("ARBITER_TOKEN") or None
@@ -38,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
 
     url = args.db or settings().db
     app = make_app(url, token=token)
-    print(f"arbiter: serving {url.split('@')[-1]} on http://{args.host}:{args.port}/",
+    print(f"arbiter: serving {masked_url(url)} on http://{args.host}:{args.port}/",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

@@ -231,6 +231,7 @@ def alembic_config(url: str) -> Any:
 def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
     """Migrate the database to `revision`; returns (before, after)."""
     from alembic import command
+    from alembic.util import CommandError
 
     before = revision_of(url)
     cfg = alembic_config(url)
@@ -240,4 +241,7 @@ def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
             command.upgrade(cfg, revision)
     except SQLAlchemyError as e:
         raise StoreError(f"database {url}: upgrade failed: {e}") from e
+    except CommandError as e:  # a revision none of ours: a newer arbiter wrote the database
+        raise StoreError(f"database {url} is at schema {before}, which this arbiter (schema "
+                         f"{SCHEMA_REVISION}) does not know: upgrade arbiter ({e})") from e
     return before, revision_of(url)

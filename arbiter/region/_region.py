@@ -68,7 +68,7 @@ def _check_eps(region: str, eps: object) -> float:
 def _check_budget(region: str, budget: object) -> float | None:
     if budget is None:
         return None
-    if not is_real(budget) or not budget > 0:
+    if not is_real(budget) or not 0 < budget < math.inf:  # (inf would pass anything)
         raise RegionError(f"{region}: budget must be a positive number, got {budget!r}")
     return float(budget)
 

@@ -18,6 +18,7 @@ else:  # pragma: no cover
 
 __all__ = ["Spec", "load_spec", "parse_spec", "parse_table", "region_table"]
 
+MAX_SPEC_BYTES = 16 << 20  # tens of thousands of regions
 _STR, _INT, _BOOL = (str, "string"), (int, "integer"), (bool, "boolean")
 _NUM, _OPS = ((int, float), "number"), (list, "list of op names")
 SIZES = ("M", "N", "K", "batch", "heads", "seq_q", "seq_k", "head_dim")
@@ -182,7 +183,11 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
 def load_spec(path: str | Path) -> Spec:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:  # read so far and no further (`arbiter check /dev/zero`)
+            data = f.read(MAX_SPEC_BYTES + 1)
+        if len(data) > MAX_SPEC_BYTES:
+            raise SpecError(f"{p}: larger than {MAX_SPEC_BYTES >> 20} MiB: not a spec file")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{p}: no such spec file") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .._errors import ArbiterError, one_line
+from .._json import dumps
 from .answers import Answers, Problem, parse_budget, parse_fingerprint, parse_region
 from .metrics import Metrics
 
@@ -43,11 +44,11 @@ MAX_ELEMENTS = 1 << 31  # of one array of a region submitted over HTTP (8 GiB of
 
 
 def _json(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, default=str).encode()
+    return dumps(obj, sort_keys=True, default=str).encode()
 
 
-def _error(status: int, message: str) -> Response:
-    return Response(_json({"error": one_line(message)}), status, media_type=JSON)
+def _error(status: int, message: str, url: str | None = None) -> Response:
+    return Response(_json({"error": one_line(message, url)}), status, media_type=JSON)
 
 
 def make_app(url: str, *, token: str | None = None) -> FastAPI:
@@ -98,11 +99,11 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
 
     @app.exception_handler(Problem)
     async def problem(request: Request, e: Problem) -> Response:
-        return _error(e.status, str(e))
+        return _error(e.status, str(e), url)
 
     @app.exception_handler(ArbiterError)
     async def arbiter_error(request: Request, e: ArbiterError) -> Response:
-        return _error(503, str(e))  # the records could not be read (the database away)
+        return _error(503, str(e), url)  # the records could not be read (the database away)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> Response:
@@ -117,7 +118,7 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception) -> Response:
         print(f"arbiter serve: {request.method} {request.url.path}: "
-              f"{type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+              f"{type(e).__name__}: {one_line(str(e), url)}", file=sys.stderr)
         return _error(500, f"internal error ({type(e).__name__})")
 
     def authorized(request: Request) -> None:
@@ -240,7 +241,7 @@ def make_app(url: str, *, token: str | None = None) -> FastAPI:
             try:
                 rep = build_report(url)
             except (ArbiterError, KeyError, ValueError) as e:
-                built.update(report=None, why=one_line(str(e)) or type(e).__name__)
+                built.update(report=None, why=one_line(str(e), url) or type(e).__name__)
                 return _kept_if(built, generation)
             figures = {}
             for stem, fig in rep.figures.items():

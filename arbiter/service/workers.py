@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import ArbiterError, StoreError, one_line
+from .._errors import ArbiterError, StoreError, masked_url, one_line
 from ..api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
 from ..check import budget_of
 from ..lane import Lane
@@ -55,7 +55,7 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
     me = _Me(url, queue, holder_id(), records.environment(fingerprint()), here,
              lease_seconds or LEASE_SECONDS)
     finished = 0
-    _say(f"worker {me.holder} on {url.split('@')[-1]}: lanes "
+    _say(f"worker {me.holder} on {masked_url(url)}: lanes "
          f"{', '.join(ln.name for ln in here)}")
     while not stop.is_set():
         try:
@@ -68,7 +68,7 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
                 continue
             finished += me.sweep(*taken)
         except StoreError as e:
-            _say(f"the database: {one_line(str(e))}: trying again in {5 * poll:g} s")
+            _say(f"the database: {one_line(str(e), url)}: trying again in {5 * poll:g} s")
             stop.wait(5 * poll)
     return finished
 
@@ -122,15 +122,15 @@ class _Me:
                               job_id=p.job_id, lease_seconds=self.lease_seconds,
                               on_region=lambda _r, row, held: finish(DONE, held, row=row))
         except LeaseLost as e:
-            _say(f"{label}: {one_line(str(e))}")
+            _say(f"{label}: {one_line(str(e), self.url)}")
             return 0
         except StoreError:
             raise
         except Exception as e:  # the job asked for what this worker cannot do
             # (an ArbiterError), or a lane failed outside its isolated process: either way the
             # region fails here, once, rather than killing every worker that takes it
-            why = one_line(str(e)) if isinstance(e, ArbiterError) else (
-                f"{type(e).__name__}: {one_line(str(e))}")
+            why = one_line(str(e), self.url) if isinstance(e, ArbiterError) else (
+                f"{type(e).__name__}: {one_line(str(e), self.url)}")
             _say(f"{label}: failed: {why}")
             if lease.take() is None:  # (let go when the sweep ended)
                 finish(FAILED, lease, error=why)
