@@ -38,10 +38,11 @@ def main(args: argparse.Namespace) -> int:
             f"unknown reference model {args.reference!r} "
             f"(known: {', '.join(sorted(REFERENCE_MODELS))})"
         )
+    from ..records import read_only
     from ..report import ensure_ceilings, open_records, write_report
 
     open_records(url)
-    if not args.no_measure:
+    if not args.no_measure and not read_only(url):  # (nothing is recorded in a read-only one)
         measured = ensure_ceilings(url)
         if measured:
             print(f"measured this machine's ceilings: {', '.join(measured)}")

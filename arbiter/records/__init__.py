@@ -27,6 +27,7 @@ from ._session import (
     BUSY_TIMEOUT_MS,
     alembic_config,
     close_engines,
+    read_only,
     require_current,
     revision_of,
     session_scope,
@@ -40,6 +41,6 @@ __all__ = [
     "TaskModel", "holder_id", "SCHEMA_REVISION", "SWEEP", "VERIFY", "Base", "CandidateModel",
     "CeilingModel", "EnvironmentModel", "Fingerprint", "LaneModel", "MeasurementModel",
     "Records", "RegionModel", "Result", "WinnerModel", "alembic_config", "close_engines",
-    "finite", "fingerprint", "one_sweep", "require_current", "revision_of", "session_scope",
-    "sqlite_path", "upgrade",
+    "finite", "fingerprint", "one_sweep", "read_only", "require_current", "revision_of",
+    "session_scope", "sqlite_path", "upgrade",
 ]

@@ -3,6 +3,10 @@ created at the head on first use, refused (with the upgrade command) when older 
 
 SQLite gets WAL, a busy timeout and foreign keys on every connection; any other SQLAlchemy URL
 (PostgreSQL for many workers) is used as given. Alembic is imported only by `upgrade`.
+
+A SQLite file this process may not write (the file or its folder read-only to this user, a
+read-only mount) is opened read-only: `best`, `run`, `report` and the service only read, and
+never need write access; a write fails as the database's own error.
 """
 
 from __future__ import annotations
@@ -21,14 +25,15 @@ from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from .._errors import StoreError
 from . import _jobs  # noqa: F401  (the work queue's tables, on Base.metadata)
 from ._models import SCHEMA_REVISION, VERSION_TABLE, Base
 
 __all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for",
-           "once_more_on_conflict", "require_current", "revision_of", "session_scope",
-           "sqlite_path", "upgrade"]
+           "once_more_on_conflict", "read_only", "require_current", "revision_of",
+           "session_scope", "sqlite_path", "upgrade"]
 
 T = TypeVar("T")
 
@@ -54,6 +59,35 @@ def sqlite_pragmas(dbapi_conn: Any, _record: Any = None) -> None:
     cur.close()
 
 
+def reader_pragmas(dbapi_conn: Any, _record: Any = None) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA query_only=ON")
+    cur.close()
+
+
+def _may_write(path: str) -> bool:
+    """Can this process write the SQLite file at `path` and make its WAL files beside it?"""
+    real = os.path.realpath(path)  # (SQLite names the WAL files after the file itself)
+    return os.access(real, os.W_OK) and os.access(os.path.dirname(real), os.W_OK | os.X_OK)
+
+
+def _read_only_connection(path: str) -> Callable[[], sqlite3.Connection]:
+    """Connections to a file opened read-only. While another process has it open in WAL mode
+    (its -shm or -wal beside it) they read through SQLite's shared memory, as any reader does;
+    otherwise the file is read as it stands (`immutable`), making no file beside it (its
+    folder may not be ours to write)."""
+    real = Path(os.path.realpath(path))
+
+    def connect() -> sqlite3.Connection:
+        live = any(os.path.exists(f"{real}{s}") for s in ("-shm", "-wal"))
+        query = "mode=ro" if live else "mode=ro&immutable=1"
+        return sqlite3.connect(f"{real.as_uri()}?{query}", uri=True, check_same_thread=False)
+
+    return connect
+
+
 def sqlite_path(url: str) -> str | None:
     """The file behind a SQLite URL (None: another database, or SQLite in memory)."""
     try:
@@ -73,27 +107,36 @@ def _identity(path: str | None) -> tuple[int, int] | None:
     return None if st is None else (st.st_dev, st.st_ino)
 
 
-_ENGINES: OrderedDict[str, tuple[tuple[int, int] | None, Engine]] = OrderedDict()
+_ENGINES: OrderedDict[str, tuple[tuple[int, int] | None, Engine, bool]] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def _new_engine(url: str) -> Engine:
+def _new_engine(url: str) -> tuple[Engine, bool]:
+    """The engine for `url`, and whether it only reads (a SQLite file this process may not
+    write: each connection is opened read-only when it is needed, never pooled, so it sees
+    the file as its writers left it)."""
+    path = sqlite_path(url)
+    reads_only = path is not None and not _may_write(path)
     try:
         # a server restarted (or a connection dropped) since a connection was pooled: the
         # ping finds it and opens another, instead of the next query failing
         remote = make_url(url).get_backend_name() != "sqlite"
-        engine = create_engine(url, pool_pre_ping=remote)
+        if reads_only:
+            assert path is not None
+            engine = create_engine(url, creator=_read_only_connection(path), poolclass=NullPool)
+        else:
+            engine = create_engine(url, pool_pre_ping=remote)
     except (SQLAlchemyError, ValueError, ImportError) as e:
         raise StoreError(f"cannot open database {url!r}: {e}") from e
     if engine.dialect.name == "sqlite":
-        if sqlite_path(url) is None:
+        if path is None:
             engine.dispose()
             raise StoreError(f"database {url}: SQLite in memory is not supported (each "
                              "connection, Optuna's among them, would see a database of its "
                              "own, and the records would be gone when the process ends): "
                              "give a file, e.g. sqlite:///arbiter.db")
-        event.listen(engine, "connect", sqlite_pragmas)
-    return engine
+        event.listen(engine, "connect", reader_pragmas if reads_only else sqlite_pragmas)
+    return engine, reads_only
 
 
 def engine_for(url: str) -> Engine:
@@ -114,11 +157,20 @@ def engine_for(url: str) -> Engine:
             return known[1]
         if known is not None:
             known[1].dispose()
-        engine = _new_engine(url)
-        _ENGINES[url] = (ident, engine)
+        engine, reads_only = _new_engine(url)
+        _ENGINES[url] = (ident, engine, reads_only)
         while len(_ENGINES) > KEPT:
             _ENGINES.popitem(last=False)[1][1].dispose()
         return engine
+
+
+def read_only(url: str) -> bool:
+    """Is the database at `url` opened read-only here (a SQLite file this process may not
+    write)? Then a query is answered, and nothing is recorded."""
+    engine_for(url)
+    with _LOCK:
+        known = _ENGINES.get(url)
+    return known is not None and known[2]
 
 
 def close_engines() -> None:

@@ -109,36 +109,6 @@ def test_a_database_that_cannot_be_opened_is_one_line_without_its_password(env, 
     assert "secretpw" not in p.stderr and "Traceback" not in p.stderr
 
 
-def test_a_second_sweep_on_one_sqlite_file_waits_for_the_first_and_measures_nothing_twice(
-        env, tmp_path):
-    spec = tmp_path / "one.toml"
-    spec.write_text('[[region]]\nname = "r"\nM = 8\nN = 16\nK = 8\nepilogue = ["bias"]\n')
-    env = dict(env, FAKE_BUILD_SECONDS="2")  # each of the first sweep's builds
-    argv = [sys.executable, "-m", "arbiter", "tune", str(spec), "--lanes", "fake_slow_build",
-            "--trials", "3", "--json"]
-    first = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    lock = tmp_path / "arbiter.db.lock"
-    deadline = time.monotonic() + 60
-    while not (lock.exists() and lock.read_text().strip()) and first.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    second = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
-    out, err = first.communicate(timeout=120)
-    assert first.returncode == 0, err
-    assert second.returncode == 0, second.stderr
-    assert f"another sweep (pid {first.pid}) is writing to" in second.stderr
-    assert "Traceback" not in second.stderr
-    [mine], [theirs] = json.loads(out), json.loads(second.stdout)
-    # (new_trials counts configs the lane refuses too: 3 or more)
-    assert mine["new_trials"] >= 3 and theirs["new_trials"] == 0
-    assert theirs["config"] == mine["config"]
-    assert not lock.exists()
-    rows = _measured(tmp_path / "arbiter.db")
-    assert len(rows) == len({c for c, *_ in rows}) == mine["new_trials"]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_tune_ended_by_a_signal_takes_its_hung_worker_with_it(env, tmp_path, sig):
     spec = tmp_path / "one.toml"
