@@ -48,6 +48,15 @@ static_assert(GEMM_WM % 16 == 0 && GEMM_WN % 16 == 0 && GEMM_BK % 16 == 0, "16x1
 static_assert(GEMM_SMEM_BYTES == GEMM_STAGES * (A_STAGE + B_STAGE) * (int)sizeof(arb_op_t),
               "emit.py and the kernel disagree on shared memory");
 
+/* gfx11 keeps the K-tile loop a loop: at block_k 16 and a short K, clang-19 unrolls it
+ * completely and hoists every tile's loads ahead of the WMMAs, which spills (10 of the 46
+ * block_k-16 configs bench/gfx1151_fit.py sampled; each fits, at 79-177 VGPRs, as a loop). */
+#if defined(ARB_FRAG_BACKEND_WMMA)
+#define GEMM_KT_LOOP _Pragma("unroll 1")
+#else
+#define GEMM_KT_LOOP
+#endif
+
 /* Grouped tile order: GEMM_GROUP_M block rows walk across N together, so the B tiles they
  * share stay in L2. */
 __device__ __forceinline__ void gemm_tile(int& bm, int& bn) {
@@ -211,6 +220,7 @@ __device__ __forceinline__ void gemm_main_loop(arb_frag_acc (&acc)[FM][FN], arb_
         if (s < KT) gemm_issue(A16, B16, As + s * A_STAGE, Bs + s * B_STAGE, m0, n0, s * GEMM_BK);
         arb_cp_async_commit();
     }
+    GEMM_KT_LOOP
     for (int kt = 0; kt < KT; ++kt) {
         arb_cp_async_wait<GEMM_STAGES - 2>();
         __syncthreads(); /* tile kt landed for everyone; stage (kt-1) % STAGES is free */
@@ -317,6 +327,7 @@ __device__ __forceinline__ void gemm_main_loop(arb_frag_acc (&acc)[FM][FN], arb_
     gemm_load(g, A, B, m0, n0, 0);
     gemm_store(g, As, Bs);
     __syncthreads();
+    GEMM_KT_LOOP
     for (int kt = 0; kt < KT; ++kt) {
         const int cur = GEMM_STAGES == 1 ? 0 : (kt & 1);
         const int nxt = GEMM_STAGES == 1 ? 0 : (cur ^ 1);
