@@ -14,6 +14,7 @@ from arbiter.lane import (
 )
 
 from .._gpu.lane import GpuLane
+from .._gpu.resources import GFX1151
 from .emit import HEAD_DIMS, LANE, STAGINGS, smem_bytes
 from .emit import emit as _emit
 
@@ -21,7 +22,14 @@ __all__ = ["FA2Lane", "lane", "space_for"]
 
 # Dynamic shared memory one block may ask for: gfx11 gives a workgroup 64 KiB of the WGP's
 # 128 KiB LDS; an sm_90 block may opt in to 227 KiB.
-SMEM_LIMIT = {Platform.ROCM: 64 * 1024, Platform.CUDA: 227 * 1024}
+SMEM_LIMIT = {Platform.ROCM: GFX1151.lds_per_workgroup, Platform.CUDA: 227 * 1024}
+SMEM_WHY = {Platform.ROCM: f" (gfx1151: {GFX1151.lds_per_workgroup // 1024} KiB of LDS per "
+                           "workgroup)", Platform.CUDA: ""}
+# gfx11 VGPRs a thread may give, by the estimate in `_inline2_vgprs`, to the O accumulator, the
+# S/P tile and the next K or V tile held in registers, without a causal mask. clang-19 for
+# gfx1151 spilled 17 of 18 probes above 96 (100-176: head_dim 32-128, block_k 32-128) and fit
+# all 19 at or below it (docs/gfx1151.md); with a causal mask the same tilings fit.
+ROCM_INLINE2_VGPRS = 96
 MAX_STAGED_FLOAT4 = 8  # per thread per K or V tile; 16 spills next to the O accumulator at d128
 MAX_COPIES = 8  # 16-byte cp.async per thread per K or V tile (prepass staging)
 
@@ -37,10 +45,18 @@ def _pairs(region: Region) -> int:
     return region.batch * region.heads * region.seq_q * region.seq_k
 
 
+def _inline2_vgprs(d: int, vec: int, v) -> int:
+    """VGPRs of the O accumulator (d / 2: d/16 fragments of 8), of S and P (block_k), and of
+    the next tile's 16-byte loads (4 each) that 2-stage inline staging holds over the WMMAs."""
+    return d // 2 + v["block_k"] + 4 * (v["block_k"] * d // vec // (32 * v["warps"]))
+
+
 def space_for(region: Region, platform: Platform) -> Space:
-    """The fa2 space for `region` on `platform` (only the shared-memory limit differs)."""
+    """The fa2 space for `region` on `platform` (the shared-memory limit differs, and gfx11
+    has a register rule of its own)."""
     limit = SMEM_LIMIT[platform]
     d = region.head_dim if isinstance(region, AttentionRegion) else 64
+    causal = bool(region.causal) if isinstance(region, AttentionRegion) else False
     # 16-bit storage is read as the operands: its own type only, 8 elements per 16-byte load
     precisions = ("f16", "bf16") if region.dtype == "f32" else (region.dtype,)
     vec = 4 if region.dtype == "f32" else 8
@@ -63,7 +79,7 @@ def space_for(region: Region, platform: Platform) -> Space:
         Tunable("stages", (1, 2, 3), 2),
         Tunable("precision", precisions, precisions[0]),
     )
-    rules = (
+    rules: tuple[Rule, ...] = (
         Rule("block_q must be 16 * warps: each warp owns 16 query rows",
              lambda v: v["block_q"] == 16 * v["warps"]),
         Rule("staging=inline keeps 1 or 2 shared-memory stages (registers prefetch the next "
@@ -72,7 +88,8 @@ def space_for(region: Region, platform: Platform) -> Space:
         Rule("inline staging: one K or V tile must split into whole 16-byte loads per thread",
              lambda v: v["staging"] != "inline"
              or (v["block_k"] * d // vec) % (32 * v["warps"]) == 0),
-        Rule(f"K/V stages (and gfx11 Q/P scratch) must fit {limit // 1024} KiB of shared memory",
+        Rule(f"K/V stages (and gfx11 Q/P scratch) must fit {limit // 1024} KiB of shared memory"
+             f"{SMEM_WHY[platform]}",
              lambda v: smem_bytes(platform, d, v) <= limit),
         Rule(f"inline staging holds a K or V tile in registers: at most {MAX_STAGED_FLOAT4} "
              "16-byte loads per thread (more spills next to the O accumulator)",
@@ -86,6 +103,14 @@ def space_for(region: Region, platform: Platform) -> Space:
              lambda v: v["staging"] != "prepass"
              or v["block_k"] * d // 8 // (32 * v["warps"]) <= MAX_COPIES),
     )
+    if platform is Platform.ROCM and not causal:
+        rules += (
+            Rule(f"gfx1151, no causal mask: 2-stage inline staging keeps the next K or V tile "
+                 f"in VGPRs over the WMMAs; head_dim/2 (O) + block_k (S, P) + 4 per 16-byte "
+                 f"load of that tile at most {ROCM_INLINE2_VGPRS}: more spilled (clang-19)",
+                 lambda v: v["staging"] != "inline" or v["stages"] != 2
+                 or _inline2_vgprs(d, vec, v) <= ROCM_INLINE2_VGPRS),
+        )
     space = Space(tunables, rules)
     if space.violation(space.default) is None:
         return space

@@ -15,6 +15,7 @@ from arbiter.lane import (
 )
 
 from .._gpu.lane import GpuLane
+from .._gpu.resources import GFX1151
 from .emit import LANE, smem_bytes
 from .emit import emit as _emit
 
@@ -22,16 +23,28 @@ __all__ = ["WmmaGemmLane", "lane"]
 
 # Dynamic shared memory one block may ask for: gfx11 gives a workgroup 64 KiB of the WGP's
 # 128 KiB LDS; an sm_90 block may opt in to 227 KiB.
-SMEM_LIMIT = {Platform.ROCM: 64 * 1024, Platform.CUDA: 227 * 1024}
+SMEM_LIMIT = {Platform.ROCM: GFX1151.lds_per_workgroup, Platform.CUDA: 227 * 1024}
+# Why each limit holds, as the rules say it (the CUDA texts are the ones records already hold).
+SMEM_WHY = {Platform.ROCM: f" (gfx1151: {GFX1151.lds_per_workgroup // 1024} KiB of LDS per "
+                           "workgroup)", Platform.CUDA: ""}
 # 32-bit registers one block may hold (64K on both an sm_90 SM and a gfx11 WGP's wave32 SIMDs
 # at one block per unit); the estimate per thread is accumulators + fragments and addresses.
 REGISTER_FILE = 65536
 # Per-thread estimate allowed: sm_90 has 255 (an estimate of 248 spilled 8 bytes); gfx11 has
 # 256 VGPRs per wave32 lane, but past ~200 of our estimate it spilled (64x64 prepass: 72).
 THREAD_REGS = {Platform.ROCM: 200, Platform.CUDA: 240}
+REGS_WHY = {Platform.ROCM: "more spills to scratch (gfx1151 has 256 VGPRs per lane; clang-19 "
+                           "spilled past 200 of this estimate)",
+            Platform.CUDA: "more spills to scratch / local memory"}
 # f32 values an inline-staging thread holds for the next K tile (gfx11 spilled at 48:
 # 128x64 tile, block_k 64, 256 threads).
 PREFETCH_LIMIT = {Platform.ROCM: 32, Platform.CUDA: 64}
+# 16-bit elements a prepass-staging thread copies per K tile on gfx11, which has no async copy:
+# clang-19 issues all of a tile's 16-byte loads before their LDS stores, so they sit in VGPRs
+# (half as many) next to the accumulators. 192 (a 64x32 warp tile, block_k 64, one warp per 96
+# rows + columns) spilled wherever the main loop issues copies; 160 and below fit
+# (bench/gfx1151_fit.py, docs/gfx1151.md).
+ROCM_PREPASS_COPY_LIMIT = 160
 
 
 def _up_to(choices: tuple[int, ...], extent: int, floor: int) -> tuple[int, ...]:
@@ -100,7 +113,7 @@ class WmmaGemmLane(GpuLane):
             Tunable("stages", (1, 2, 3, 4), d["stages"]),
             Tunable("group_m", (1, 8), 8),
         )
-        rules = (
+        rules: tuple[Rule, ...] = (
             Rule("warp_m must divide block_m and warp_n must divide block_n",
                  lambda v: v["block_m"] % v["warp_m"] == 0 and v["block_n"] % v["warp_n"] == 0),
             Rule("threads must be 32 * (block_m/warp_m) * (block_n/warp_n): one warp per warp tile",
@@ -115,15 +128,26 @@ class WmmaGemmLane(GpuLane):
                  or (v["block_m"] + v["block_n"]) * v["block_k"] // v["threads"]
                  <= PREFETCH_LIMIT[platform]),
             Rule(f"stages * (block_m*(block_k+8) + block_k*(block_n+8)) * 2 bytes of shared "
-                 f"memory must fit {limit // 1024} KiB",
+                 f"memory must fit {limit // 1024} KiB{SMEM_WHY[platform]}",
                  lambda v: smem_bytes(v) <= limit),
             Rule(f"threads * registers per thread (accumulators + fragments + prefetch + 40) "
                  f"must fit {REGISTER_FILE}",
                  lambda v: v["threads"] * _regs_per_thread(v, platform) <= REGISTER_FILE),
             Rule(f"registers per thread (accumulators + fragments + prefetch + 40) at most "
-                 f"{THREAD_REGS[platform]}: more spills to scratch / local memory",
+                 f"{THREAD_REGS[platform]}: {REGS_WHY[platform]}",
                  lambda v: _regs_per_thread(v, platform) <= THREAD_REGS[platform]),
         )
+        if platform is Platform.ROCM:
+            rules += (
+                Rule(f"gfx1151 has no async copy: prepass staging copies (block_m + block_n) * "
+                     f"block_k / threads 16-bit elements per thread through VGPRs; at most "
+                     f"{ROCM_PREPASS_COPY_LIMIT} while the main loop issues copies (K / block_k "
+                     f">= stages): more spilled next to the accumulators (clang-19)",
+                     lambda v: v["staging"] != "prepass"
+                     or -(-k // v["block_k"]) < v["stages"]  # every tile issued up front
+                     or (v["block_m"] + v["block_n"]) * v["block_k"] // v["threads"]
+                     <= ROCM_PREPASS_COPY_LIMIT),
+            )
         space = Space(tunables, rules)
         if d is large and space.violation(space.default) is not None:
             space = self._small_default(space, small)

@@ -159,19 +159,57 @@ def test_each_lanes_default_fits_gfx1151():
     assert _misfits([(s, r, ln, ln.space(r).default) for s, r, ln, _ in cands]) == []
 
 
-def test_a_spilling_config_is_caught():
-    """Prepass staging over 16-deep K tiles spills on gfx11 (seen in bench/gfx1151_fit.py):
-    the check must say so, from the code object."""
+# one warp copying a 64x32 warp tile's 96 rows + columns of 64-deep K tiles (prepass staging):
+# 192 16-bit elements a thread, through VGPRs on gfx11, next to 8 accumulator fragments
+COPY_SPILL = {"block_k": 64, "block_m": 64, "block_n": 32, "warp_m": 64, "warp_n": 32,
+              "threads": 32, "staging": "prepass", "stages": 2, "precision": "f16"}
+
+
+def test_a_spilling_config_is_caught_and_the_space_refuses_it():
+    """The check says so from the code object, and the rocm space's rule says why."""
     lane, region = get_lane("wmma_gemm"), _region("regions", "mm_relu")
-    config = lane.space(region).complete({"block_k": 16, "staging": "prepass", "stages": 2})
+    space = lane.space(region)
+    config = space.complete(COPY_SPILL)
     res = candidate_resources(lane, region, config, "gfx1151")
     assert res["scratch"] > 0 and any("scratch" in p for p in launch_problems(res))
+    assert "no async copy" in (space.violation(config) or "")
+
+
+def test_the_k_tile_loop_stays_a_loop_on_gfx11():
+    """At block_k 16 over a short K clang-19 unrolled the K-tile loop and spilled (256 VGPRs);
+    gemm_kernel.hip keeps it a loop on gfx11, and the config fits."""
+    lane, region = get_lane("wmma_gemm"), _region("regions", "mm_silu")
+    config = lane.space(region).complete(
+        {"block_k": 16, "block_m": 64, "block_n": 32, "warp_m": 16, "warp_n": 32,
+         "threads": 128, "staging": "inline", "stages": 2, "precision": "f16"})
+    res = candidate_resources(lane, region, config, "gfx1151")
+    assert launch_problems(res) == [] and res["vgprs"] < 160
+
+
+@pytest.mark.parametrize("lane_name, spec, region_name, config, why", [
+    ("fa2", "inference", "decode_attn",
+     {"staging": "inline", "stages": 2, "warps": 2, "block_q": 32, "block_k": 32},
+     "no causal mask"),
+    ("fa2", "inference", "decode_attn",
+     {"staging": "inline", "stages": 2, "warps": 4, "block_q": 64, "block_k": 32},
+     "no causal mask"),
+    ("wmma_gemm", "regions", "mm_layer_norm", {**COPY_SPILL, "stages": 3}, "no async copy"),
+])
+def test_rocm_spaces_refuse_the_configs_that_spilled(lane_name, spec, region_name, config, why):
+    """Configs bench/gfx1151_fit.py saw spill are refused by a rule that says why (no compile)."""
+    lane = get_lane(lane_name)
+    space = lane.space(_region(spec, region_name))
+    assert why in (space.violation(space.complete(config)) or "")
+
+
+def test_rocm_limit_rules_name_the_gfx1151_limit():
+    for lane_name, spec, region_name in (("wmma_gemm", "regions", "mm_relu"),
+                                         ("fa2", "inference", "prefill_attn")):
+        texts = [r.text for r in get_lane(lane_name).space(_region(spec, region_name)).rules]
+        assert any("gfx1151: 64 KiB of LDS per workgroup" in t for t in texts), texts
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 38: the rocm spaces still admit spilling configs "
-                   "(wmma_gemm at block_k 16, fa2 inline at d128 bf16; bench/gfx1151_fit.py "
-                   "lists them): remove this marker when the rules exclude them")
 def test_sampled_admitted_candidates_fit_gfx1151():
     """8 configs per (example region, GPU lane); bench/gfx1151_fit.py builds every one."""
     assert _misfits(_admitted(8)) == []
