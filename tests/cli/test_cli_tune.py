@@ -290,6 +290,7 @@ def test_without_a_c_compiler_every_lane_means_the_usable_ones(env, tmp_path):
         pytest.skip("a GPU lane is usable here: a sweep of every lane would tune it too")
     e = {k: v for k, v in env.items() if k != "ARBITER_EXTRA_LANES"}
     e["ARBITER_CC"] = str(tmp_path / "no-such-cc")
+    e["CXX"] = str(tmp_path / "no-such-c++")  # (Inductor's, where torch is installed)
     spec = tmp_path / "two.toml"  # a matmul and a rowwise region: x86_c would take both
     spec.write_text('[[region]]\nname = "mm"\nM = 16\nN = 32\nK = 8\nepilogue = ["bias"]\n'
                     '[[region]]\nname = "rows"\nkind = "rowwise"\nM = 8\nN = 64\n'
