@@ -219,7 +219,8 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     for region in todo:
         region_lanes = [ln for ln in chosen if refusal(ln, region) is None]
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
-        p = plan(region, region_lanes, records.results(region_id, env_id), how.trials, restrict)
+        p = plan(region, region_lanes, records.results(region_id, env_id), how.trials, restrict,
+                 how.timeout)
         work.append((region, region_id, env_id, lane_ids, p))
     rows = []
     shown = Progress([p.needed for *_, p in work], progress)
@@ -232,7 +233,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
             with lease.kept():
                 # what another holder measured meanwhile counts
                 p = plan(region, list(p.lanes.values()), records.results(region_id, env_id),
-                         how.trials, restrict)
+                         how.trials, restrict, how.timeout)
                 shown.region(region.label)
                 if not p.lanes:
                     row = empty_row(region, b, "no applicable lane")

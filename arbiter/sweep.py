@@ -17,7 +17,7 @@ from typing import Any
 from .check import fresh_seeds
 from .choose import Choice, decide, finalists
 from .lane import Artifact, Lane, Status, usable_cores
-from .measure import BUSY, Measurement, Timing, Worker, build_all
+from .measure import BUSY, Measurement, Timing, Worker, build_all, with_cause
 from .records import FINAL, Records, Result
 from .region import Region
 from .search import Plan, Restriction, Search
@@ -71,6 +71,7 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
     search = Search(p, opts.sampler, opts.seed, budget)
 
     def record(lane: str, config: Any, m: Measurement, kind: str = "sweep") -> Result:
+        m = with_cause(m, worker.timeout)
         r = records.record(region_id, env_id, lane_ids[lane], config, m, budget, kind)
         busy.note(m)
         return r
@@ -91,15 +92,25 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
             if on_trial:
                 on_trial(proposal.lane, r)
     declared = records.winners(region_id, env_id, budget)
-    # a winner decided with another equivalence band, or over a space the user narrowed, is
-    # decided again
+    # a winner decided with another equivalence band, or over a space the user narrowed, or
+    # without a finalist the environment failed (killed in its rounds), is decided again
     if (out.new or opts.refinal or opts.restrict or not declared
-            or declared[0]["band"] != opts.timing.band):
+            or declared[0]["band"] != opts.timing.band
+            or _finalist_failed_by_environment(p, records, region_id, env_id, budget,
+                                               worker.timeout)):
         out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
         if out.choice is not None:
             records.save_winner(region_id, env_id, budget,
                                 {**out.choice.stored(), "band": opts.timing.band})
     return out
+
+
+def _finalist_failed_by_environment(p: Plan, records: Records, region_id: int, env_id: int,
+                                    budget: float, timeout: float) -> bool:
+    """Did a finalist's latest re-timing fail for the environment's reasons (`retried`)?"""
+    top = {r.candidate_id for r in finalists(list(p.measured.values()), budget)}
+    return any(r.candidate_id in top and r.retried(timeout)
+               for r in records.results(region_id, env_id, FINAL))
 
 
 def _finals(region: Region, p: Plan, records: Records, worker: Worker, seeds: list[int],

@@ -27,6 +27,8 @@ class Measurement:
     load: float | None = None  # others' share of this process's CPUs while it was timed
     waited: float = 0.0  # seconds the timing waited for a busy machine to quiet down
     resources: dict | None = field(default=None, compare=False)  # Artifact.resources
+    timeout: float | None = None  # the seconds it was allowed (`--timeout`)
+    cause: str | None = None  # the environment's part in its failure (`_faults`)
 
     @cached_property
     def estimate(self) -> Estimate | None:

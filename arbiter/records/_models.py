@@ -37,7 +37,7 @@ __all__ = ["FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "VERSION_TABLE", "Base
            "MeasurementModel", "RegionModel", "WinnerModel", "now"]
 
 # The Alembic head this code reads and writes; a test keeps it equal to db/versions' head.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 VERSION_TABLE = "arbiter_alembic_version"
 
 # measurements.kind
@@ -169,6 +169,10 @@ class MeasurementModel(Base):
     compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     # JSON: what the build uses on its target (Artifact.resources), where the lane reads it
     resources: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # a failure the environment caused (an errno or signal name: measure._faults), and the
+    # seconds the candidate was allowed: either makes a later sweep measure it again
+    cause: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    timeout: Mapped[float | None] = mapped_column(Float, nullable=True)
     log: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=now)
 

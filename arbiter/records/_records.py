@@ -60,6 +60,17 @@ class Result:
     log: str = ""
     measured_at: datetime | None = None
     environment_id: int = 0
+    cause: str | None = None  # the environment's part in its failure (measure._faults)
+    timeout: float | None = None  # the seconds it was allowed
+
+    def retried(self, timeout: float) -> bool:
+        """Did it fail for the environment's reasons, which a run with `timeout` seconds a
+        candidate may no longer meet (a full disk, a kill by someone else, a shorter
+        timeout)? Then a sweep measures it again."""
+        if self.cause is not None:
+            return True
+        return (self.status is Status.TIMEOUT and self.timeout is not None
+                and self.timeout < timeout)
 
     def fits(self, budget: float) -> bool:
         """Timed and inside `budget` (wrong_result only meant: outside the sweep's budget)."""
@@ -72,7 +83,7 @@ def _result(c: CandidateModel, lane: str, m: MeasurementModel) -> Result:
     return Result(c.id, lane, Config.of(c.config_dict()), Status(m.status), m.rel_error,
                   m.max_abs, m.latency, m.latency_low, m.latency_high, m.spread,
                   bool(m.unstable), m.load, m.budget, m.timing_method, m.log, m.created_at,
-                  c.environment_id)
+                  c.environment_id, m.cause, m.timeout)
 
 
 class Records:
@@ -173,7 +184,8 @@ class Records:
                     spread=None if e is None else e.spread, median=m.median,
                     unstable=m.unstable, load=m.load, samples=json.dumps(list(m.samples)),
                     timing_method=m.timing_method, compile_seconds=m.compile_seconds,
-                    log=m.log, resources=None if m.resources is None else json.dumps(m.resources))
+                    log=m.log, resources=None if m.resources is None else json.dumps(m.resources),
+                    cause=m.cause, timeout=m.timeout)
                 s.add(row)
                 s.flush()
                 lane = s.get(LaneModel, lane_id)

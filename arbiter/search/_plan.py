@@ -25,6 +25,9 @@ class Plan:
     target: int  # distinct candidates to have measured when done (refused configs aside)
     measured: dict[tuple[str, str], Result] = field(default_factory=dict)  # (lane, config key)
     sizes: dict[str, int | None] = field(default_factory=dict)  # None: too many to list
+    # failed for the environment's reasons (a full disk, a kill, a short timeout): measured
+    # again, first
+    retry: list[Result] = field(default_factory=list)
 
     @property
     def needed(self) -> int:
@@ -41,15 +44,20 @@ class Plan:
 
 
 def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int,
-         restrict: Restriction = NOTHING) -> Plan:
+         restrict: Restriction = NOTHING, timeout: float | None = None) -> Plan:
     """`restrict`: what the user fixed, excluded and required; a result outside it neither
-    counts against `trials` nor is a finalist (one the rules refused stays known)."""
+    counts against `trials` nor is a finalist (one the rules refused stays known). With the
+    `timeout` of a sweep, a result that failed for the environment's reasons (`retried`) is
+    not counted but measured again."""
     chosen = {ln.name: ln for ln in lanes}
     spaces = {n: restrict.narrow(n, ln.space(region)) for n, ln in chosen.items()}
     measured = {(r.lane, r.config.key): r for r in results if r.lane in chosen and (
         r.status is Status.INVALID or not restrict
         or spaces[r.lane].violation(r.config) is None)}
-    p = Plan(chosen, spaces, trials, measured)
+    retry = [] if timeout is None else [r for r in measured.values() if r.retried(timeout)]
+    for r in retry:
+        del measured[(r.lane, r.config.key)]
+    p = Plan(chosen, spaces, trials, measured, retry=retry)
     if p.needed:  # (a finished sweep run again walks no space)
         p.sizes = {n: _size(s) for n, s in spaces.items()}
         if p.listed:

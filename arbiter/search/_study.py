@@ -88,7 +88,8 @@ class Search:
         self.in_flight: set[tuple[str, str]] = set()
         self.study: Any = None
         by_size = sorted(p.lanes, key=lambda n: (p.sizes.get(n) or math.inf, n))
-        self.queue = [(n, p.spaces[n].default) for n in by_size]
+        self.queue = [(r.lane, r.config) for r in p.retry]  # (failed for the environment)
+        self.queue += [(n, p.spaces[n].default) for n in by_size]
         if p.listed:
             rest = [(n, c) for n in p.lanes for c in p.spaces[n].configs()]
             self.rng.shuffle(rest)
