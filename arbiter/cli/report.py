@@ -22,6 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="draw a named machine's published peaks on the roofline (gfx1151)",
     )
     p.add_argument(
+        "--panels",
+        type=int,
+        default=36,
+        metavar="N",
+        help="regions drawn at most per figure with a panel each (default 36; the winners "
+        "table lists every one)",
+    )
+    p.add_argument(
         "--no-measure",
         action="store_true",
         help="do not measure this machine's ceilings when its records lack them",
@@ -46,7 +54,10 @@ def main(args: argparse.Namespace) -> int:
         measured = ensure_ceilings(url)
         if measured:
             print(f"measured this machine's ceilings: {', '.join(measured)}")
-    written = write_report(url, args.out, fmt=args.format, reference=args.reference)
+    if args.panels < 1:
+        raise ArbiterError(f"--panels must be at least 1, got {args.panels}")
+    written = write_report(url, args.out, fmt=args.format, reference=args.reference,
+                           panels=args.panels)
     page = written.pop("page")
     print(f"wrote {page}")
     for path in written.values():

@@ -24,6 +24,8 @@ _EXPORTS = {
     "speedup": "_figures",
     "roofline": "_figures",
     "build_report": "_page",
+    "drawn": "_page",
+    "PANELS": "_page",
     "write_report": "_page",
     "html_page": "_page",
     "winner_table": "_page",

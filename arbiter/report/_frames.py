@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from sqlalchemy import select
@@ -125,52 +126,50 @@ def trials(url: str, *, measurements: tuple[str, ...] | None = ("sweep",)) -> pd
     `trial` numbers the measurements of one (region, environment) in the order they were
     recorded, from 1: the x axis of a convergence plot. `measurements=None` keeps the
     finalists' re-timings and re-verifications too (column `measurement`).
+
+    Only the columns shown are read (not the samples, not the logs), and what many rows share
+    (a candidate's config, a region, a machine) is worked out once: the frame costs what its
+    rows do, however many machines the records hold.
     """
+    m, c = MeasurementModel, CandidateModel
     q = (
-        select(MeasurementModel, CandidateModel, RegionModel, EnvironmentModel, LaneModel)
-        .join(CandidateModel, MeasurementModel.candidate_id == CandidateModel.id)
-        .join(RegionModel, CandidateModel.region_id == RegionModel.id)
-        .join(EnvironmentModel, CandidateModel.environment_id == EnvironmentModel.id)
-        .join(LaneModel, CandidateModel.lane_id == LaneModel.id)
-        .order_by(MeasurementModel.created_at, MeasurementModel.id)
+        select(m.kind, m.status, m.latency, m.latency_low, m.latency_high, m.spread, m.unstable,
+               m.load, m.rel_error, m.max_abs, m.budget, m.timing_method, m.compile_seconds,
+               m.created_at, c.id, c.config, c.region_id, c.environment_id, c.lane_id)
+        .join(c, m.candidate_id == c.id)
+        .order_by(m.created_at, m.id)
     )
     if measurements is not None:
-        q = q.where(MeasurementModel.kind.in_(measurements))
-    rows = []
+        q = q.where(m.kind.in_(measurements))
+    columns: dict[str, list] = {name: [] for name in TRIAL_COLUMNS}
     with session_scope(url) as s:
-        for m, c, r, e, lane in s.execute(q):
-            config = c.config_dict()
-            rows.append(
-                {
-                    "region": r.name or r.key,
-                    "region_key": r.key,
-                    "kind": r.kind,
-                    "dtype": _dtype(r.canonical),
-                    "environment": environment_label(e.details),
-                    "lane": lane.name,
-                    "platform": lane.platform,
-                    "config": _config_text(config),
-                    "precision": config.get("precision", "f32"),
-                    "status": m.status,
-                    "latency_ms": _ms(m.latency),
-                    "latency_low_ms": _ms(m.latency_low),
-                    "latency_high_ms": _ms(m.latency_high),
-                    "spread_ms": _ms(m.spread),
-                    "unstable": bool(m.unstable),
-                    "load": m.load,
-                    "rel_error": m.rel_error,
-                    "max_abs": m.max_abs,
-                    "budget": m.budget,
-                    "timing_method": m.timing_method,
-                    "compile_s": m.compile_seconds,
-                    "measurement": m.kind,
-                    "trial": 0,
-                    "measured_at": m.created_at,
-                    "fingerprint": e.fingerprint,
-                    "candidate_id": c.id,
-                }
-            )
-    df = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+        regions = {i: (name or key, key, kind, _dtype(canon)) for i, key, name, kind, canon in
+                   s.execute(select(RegionModel.id, RegionModel.key, RegionModel.name,
+                                    RegionModel.kind, RegionModel.canonical))}
+        envs = {i: (environment_label(details), fp) for i, fp, details in
+                s.execute(select(EnvironmentModel.id, EnvironmentModel.fingerprint,
+                                 EnvironmentModel.details))}
+        lanes = {i: (name, platform) for i, name, platform in
+                 s.execute(select(LaneModel.id, LaneModel.name, LaneModel.platform))}
+        configs: dict[str, tuple[str, str]] = {}
+        for (kind, status, latency, low, high, spread, unstable, load, rel, max_abs, budget,
+             method, compile_s, at, cand, config, region_id, env_id, lane_id) in (
+                s.connection().execute(q)):  # (rows as the driver gives them, one at a time)
+            shown = configs.get(config)
+            if shown is None:
+                values = json.loads(config)
+                shown = configs[config] = (_config_text(values),
+                                           str(values.get("precision", "f32")))
+            region, key, region_kind, dtype = regions[region_id]
+            environment, fingerprint = envs[env_id]
+            lane, platform = lanes[lane_id]
+            for name, value in zip(TRIAL_COLUMNS, (
+                    region, key, region_kind, dtype, environment, lane, platform, shown[0],
+                    shown[1], status, _ms(latency), _ms(low), _ms(high), _ms(spread),
+                    bool(unstable), load, rel, max_abs, budget, method, compile_s, kind, 0, at,
+                    fingerprint, cand)):
+                columns[name].append(value)
+    df = pd.DataFrame(columns, columns=TRIAL_COLUMNS)
     df["rel_error"] = df["rel_error"].astype(float)
     df["max_abs"] = df["max_abs"].astype(float)
     df["load"] = df["load"].astype(float)
@@ -341,21 +340,27 @@ SUMMARY_COLUMNS = [
 
 
 def _vendor(
-    lanes_best: pd.DataFrame, finals: pd.DataFrame | None, platform: str | None
+    lanes_best: list[dict], finals: dict[int, list[dict]] | None, declared_at: Any,
+    platform: str | None,
 ) -> dict | None:
     """The vendor lane a winner is compared with (one on its platform if any, the fastest),
-    at its finalist's latest re-timing when `finals` holds one that passed, else its sweep."""
+    at its finalist's latest re-timing up to the declaration when `finals` (each candidate's
+    re-timings, in order) holds one that passed, else its sweep."""
     options = []
-    for _, v in lanes_best[lanes_best["vendor"]].iterrows():
+    for v in lanes_best:
+        if not v["vendor"]:
+            continue
         option = {
             "lane": v["lane"],
             "platform": v["platform"],
             "vendor_ms": v["latency_ms"],
             "vendor_timing": SWEEP_TIMING,
         }
-        mine = None if finals is None else finals[finals["candidate_id"] == v["candidate_id"]]
-        if mine is not None and not mine.empty:
-            last = mine.iloc[-1]  # trials() lists measurements in the order they were taken
+        # its finals were recorded before the declaration; later ones belong to no winner
+        mine = [f for f in (finals or {}).get(v["candidate_id"], ())
+                if f["measured_at"] <= declared_at]
+        if mine:
+            last = mine[-1]  # trials() lists measurements in the order they were taken
             if last["status"] == "ok" and pd.notna(last["latency_ms"]):
                 option.update(vendor_ms=last["latency_ms"], vendor_timing=SAME_ROUNDS)
         options.append(option)
@@ -363,6 +368,15 @@ def _vendor(
         return None
     same = [o for o in options if o["platform"] == platform] or options
     return min(same, key=lambda o: o["vendor_ms"])
+
+
+def _by_group(frame: pd.DataFrame, key: str | tuple[str, ...]) -> dict[Any, list[dict]]:
+    """The frame's rows as dicts, in order, by `key` (a column, or several)."""
+    out: dict[Any, list[dict]] = {}
+    for row in frame.to_dict("records"):
+        k = tuple(row[c] for c in key) if isinstance(key, tuple) else row[key]
+        out.setdefault(k, []).append(row)
+    return out
 
 
 def summary(
@@ -375,43 +389,34 @@ def summary(
     latency is taken from the same interleaved rounds where it was re-timed there
     (`vendor_timing` "same rounds"), else from its sweep ("sweep"). `declared` is False when no
     winner was recorded yet: the fastest passing sweep trial stands in, against the vendor's
-    sweep.
+    sweep. Each (region, environment) is looked up, never searched for: the cost follows the
+    rows, not rows times regions times machines.
     """
     t = trials(url) if trial_frame is None else trial_frame
     w = winners(url) if winner_frame is None else winner_frame
-    finals = trials(url, measurements=(FINAL,))
-    best = best_per_lane(t)
+    group = ("region_key", "fingerprint")
+    finals = _by_group(trials(url, measurements=(FINAL,)), "candidate_id")
+    best = _by_group(best_per_lane(t), group)
+    # newest first: the first of each (region, environment) is its declaration
+    declared = {(d["region_key"], d["fingerprint"]): d
+                for d in w.drop_duplicates(list(group)).to_dict("records")}
     with session_scope(url) as s:
         canon = dict(s.execute(select(RegionModel.key, RegionModel.canonical)).all())
+    counted = (
+        t.assign(_ok=t["status"] == "ok")
+        .groupby(list(group), sort=False)
+        .agg(region=("region", "first"), kind=("kind", "first"), dtype=("dtype", "first"),
+             environment=("environment", "first"), trials=("status", "size"),
+             ok=("_ok", "sum"), lanes=("lane", "nunique"), budget=("budget", "last"))
+        .reset_index()
+    )
     rows = []
-    for (key, fp), group in t.groupby(["region_key", "fingerprint"], sort=False):
-        lanes_best = best[(best["region_key"] == key) & (best["fingerprint"] == fp)]
-        declared = w[(w["region_key"] == key) & (w["fingerprint"] == fp)]
-        first = group.iloc[0]
-        row = {
-            "region": first["region"],
-            "region_key": key,
-            "kind": first["kind"],
-            "dtype": first["dtype"],
-            "environment": first["environment"],
-            "fingerprint": fp,
-            "trials": len(group),
-            "ok": int((group["status"] == "ok").sum()),
-            "lanes": group["lane"].nunique(),
-            "budget": group["budget"].iloc[-1],
-            "declared": not declared.empty,
-            "tie": False,
-            "unstable": False,
-        }
-        mine = None
-        if not declared.empty:
-            d = declared.iloc[0]  # newest declaration
-            # its finals were recorded before it was declared; later ones belong to no winner
-            mine = finals[
-                (finals["region_key"] == key)
-                & (finals["fingerprint"] == fp)
-                & (finals["measured_at"] <= d["declared_at"])
-            ]
+    for row in counted.to_dict("records"):
+        row.update(ok=int(row["ok"]), declared=False, tie=False, unstable=False)
+        key = (row["region_key"], row["fingerprint"])
+        lanes_best = best.get(key, [])
+        d = declared.get(key)
+        if d is not None:
             row.update(
                 budget=d["budget"],
                 winner=d["lane"],
@@ -423,11 +428,12 @@ def summary(
                 winner_high_ms=d["latency_high_ms"],
                 winner_rel_error=d["rel_error"],
                 verdict=d["verdict"],
+                declared=True,
                 tie=bool(d["tie"]),
                 unstable=bool(d["unstable"]),
             )
-        elif not lanes_best.empty:
-            win = lanes_best.iloc[0]
+        elif lanes_best:
+            win = lanes_best[0]
             row.update(
                 winner=win["lane"],
                 winner_config=win["config"],
@@ -439,7 +445,8 @@ def summary(
                 winner_rel_error=win["rel_error"],
                 unstable=bool(win["unstable"]),
             )
-        vendor = _vendor(lanes_best, mine, row.get("platform"))
+        vendor = _vendor(lanes_best, finals if d is not None else None,
+                         None if d is None else d["declared_at"], row.get("platform"))
         if row.get("winner") is not None and vendor is not None:
             row.update(
                 vendor=vendor["lane"],
@@ -449,9 +456,9 @@ def summary(
         rows.append(row)
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     df["speedup"] = df["vendor_ms"] / df["winner_ms"]
-    works = [work(region_from_canonical(canon[k])) for k in df["region_key"]]
-    df["flops"] = [x.flops for x in works]
-    df["bytes"] = [x.bytes for x in works]
+    works = {k: work(region_from_canonical(canon[k])) for k in set(df["region_key"])}
+    df["flops"] = [works[k].flops for k in df["region_key"]]
+    df["bytes"] = [works[k].bytes for k in df["region_key"]]
     seconds = df["winner_ms"] * 1e-3
     df["gflops"] = (df["flops"] / seconds / 1e9).where(df["flops"] > 0)
     df["gbytes_s"] = df["bytes"] / seconds / 1e9

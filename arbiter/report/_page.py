@@ -7,18 +7,24 @@ can be copied or zipped as a whole and opened anywhere.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
+from .._errors import masked_url
 from . import _figures as figs
 from ._frames import best_per_lane, ceilings, open_records, summary, trials, winners
 from ._gfx1151 import GFX1151_HOW, GFX1151_TITLE, gfx1151_view
 
-__all__ = ["FIGURES", "Report", "build_report", "write_report"]
+__all__ = ["FIGURES", "PANELS", "Report", "build_report", "drawn", "write_report"]
+
+PANELS = 36  # regions a figure with a panel (or a bar) per region draws at most
+PANEL_FIGURES = ("latency_by_lane", "speedup", "latency_vs_error", "convergence")
 
 # file stem -> (caption, how to read it)
 FIGURES = {
@@ -99,22 +105,43 @@ class Report:
     ceilings: pd.DataFrame
     figures: dict = field(default_factory=dict)
     gfx1151: pd.DataFrame | None = None  # a model of the winners on gfx1151 (_gfx1151)
+    drawn: str = ""  # which regions the figures with a panel each draw, when not all
 
 
-def build_report(url: str, *, reference: str | None = None) -> Report:
-    """Read the records and draw every figure (nothing written)."""
+def drawn(summary_frame: pd.DataFrame, panels: int = PANELS) -> tuple[pd.DataFrame, str]:
+    """The summary rows the figures with a panel (or a bar) per region draw, and what the
+    page says of the others: every row when they fit, else the first `panels` by name of the
+    machine with the most regions (the one the roofline draws). A figure of thousands of
+    panels is neither drawable in reasonable time and memory nor readable."""
+    if len(summary_frame) <= panels:
+        return summary_frame, ""
+    fp = summary_frame["fingerprint"].value_counts().index[0]
+    mine = summary_frame[summary_frame["fingerprint"] == fp]
+    shown = mine.head(panels)
+    many = summary_frame["fingerprint"].nunique()
+    whose = f"{shown['environment'].iloc[0]}'s (the machine with the most of {many})" if (
+        many > 1) else "the"
+    return shown, (f"Drawn: {whose} first {len(shown)} regions by name, of "
+                   f"{len(summary_frame)} regions × machines in the records; the winners "
+                   "table lists every one.")
+
+
+def build_report(url: str, *, reference: str | None = None, panels: int = PANELS) -> Report:
+    """Read the records and draw every figure (nothing written); figures with a panel per
+    region draw `panels` of them at most."""
     open_records(url)
     t = trials(url)
     w = winners(url)
     s = summary(url, t, w)
     c = ceilings(url)
     best = best_per_lane(t)
-    rep = Report(url, t, w, best, s, c, gfx1151=gfx1151_view(url))
+    shown, note = drawn(s, panels)
+    rep = Report(url, t, w, best, s, c, gfx1151=gfx1151_view(url), drawn=note)
     rep.figures = {
-        "latency_by_lane": figs.latency_by_lane(best, s),
-        "speedup": figs.speedup(s),
-        "latency_vs_error": figs.latency_vs_error(t, s),
-        "convergence": figs.convergence(t, s),
+        "latency_by_lane": figs.latency_by_lane(best, shown),
+        "speedup": figs.speedup(shown),
+        "latency_vs_error": figs.latency_vs_error(t, shown),
+        "convergence": figs.convergence(t, shown),
         "roofline": figs.roofline(s, c, reference=reference),
     }
     return rep
@@ -185,7 +212,7 @@ def _overview(rep: Report) -> list[str]:
         f"{len(s)} regions, {len(t)} trials ({int((t['status'] == 'ok').sum())} passed), "
         f"lanes: {', '.join(sorted(t['lane'].unique()))}",
         f"machine: {envs}",
-        f"records: {rep.url} (report written {datetime.now():%Y-%m-%d %H:%M})",
+        f"records: {masked_url(rep.url)} (report written {datetime.now():%Y-%m-%d %H:%M})",
     ]
 
 
@@ -203,8 +230,9 @@ def html_page(rep: Report, src: Callable[[str], str], *, before: str = "",
         _html_table(winner_table(rep.summary)),
     ]
     for stem, (caption, how) in FIGURES.items():
+        note = f" {rep.drawn}" if rep.drawn and stem in PANEL_FIGURES else ""
         parts += [
-            f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how)}</p>",
+            f"<h2>{html.escape(caption)}</h2><p class='how'>{html.escape(how + note)}</p>",
             f"<img src='{html.escape(src(stem))}' alt='{html.escape(caption)}'>",
         ]
     if rep.gfx1151 is not None and len(rep.gfx1151):
@@ -221,17 +249,19 @@ def write_report(
     fmt: str = "html",
     reference: str | None = None,
     dpi: int = 110,
+    panels: int = PANELS,
 ) -> dict[str, Path]:
-    """Write `<stem>.png` for every figure and `report.html` / `report.md`; returns the paths."""
+    """Write `<stem>.png` for every figure and `report.html` / `report.md`; returns the paths.
+    Each file is written whole or not at all (a report stopped midway leaves no half PNG)."""
     if fmt not in ("html", "md"):
         raise ValueError(f"format must be html or md, got {fmt!r}")
-    rep = build_report(url, reference=reference)
+    rep = build_report(url, reference=reference, panels=panels)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for stem, fig in rep.figures.items():
         path = out / f"{stem}.png"
-        fig.savefig(path, dpi=dpi)
+        _whole(path, partial(fig.savefig, dpi=dpi, format="png"))
         written[stem] = path
     table = winner_table(rep.summary)
     if fmt == "md":
@@ -248,14 +278,23 @@ def write_report(
             "",
         ]
         for stem, (caption, how) in FIGURES.items():
-            parts += [f"## {caption}", "", how, "", f"![{caption}]({stem}.png)", ""]
+            note = f" {rep.drawn}" if rep.drawn and stem in PANEL_FIGURES else ""
+            parts += [f"## {caption}", "", how + note, "", f"![{caption}]({stem}.png)", ""]
         if rep.gfx1151 is not None and len(rep.gfx1151):
             parts += [f"## {GFX1151_TITLE}", "", GFX1151_HOW, "", _markdown(rep.gfx1151), ""]
-        page = out / "report.md"
-        page.write_text("\n".join(parts))
+        page, text = out / "report.md", "\n".join(parts)
     else:
-        page_text = html_page(rep, lambda stem: f"{stem}.png")
-        page = out / "report.html"
-        page.write_text(page_text)
+        page, text = out / "report.html", html_page(rep, lambda stem: f"{stem}.png")
+    _whole(page, lambda tmp: tmp.write_text(text))
     written["page"] = page
     return written
+
+
+def _whole(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` beside `path`, then renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
