@@ -29,9 +29,9 @@ def _region_graph(region: Region) -> Callable[..., Any]:
     def region_graph(*tensors: Any) -> Any:
         return compute(region, dict(zip(names, tensors)))
 
-    # Dynamo keeps its compiled entries, and its limit of 8 recompiles before it silently falls
-    # back to eager, on the code object: a function of its own per region keeps a worker that
-    # times many regions from ever reaching it.
+    # Dynamo keeps its compiled entries, and its limit of 8 recompiles (past which a fullgraph
+    # compile fails), on the code object: with one code object per region, the ninth region a
+    # worker loads compiles like the first.
     code = region_graph.__code__.replace()
     return types.FunctionType(code, region_graph.__globals__, region_graph.__name__, None,
                               region_graph.__closure__)

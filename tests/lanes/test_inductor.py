@@ -134,3 +134,17 @@ def test_missing_compiler_is_refused_in_one_line(lane: Lane,
     monkeypatch.setenv("CXX", "no-such-c++")
     av = lane.available()
     assert not av and "no-such-c++" in av.reason and "\n" not in av.reason
+
+
+@pytest.mark.slow
+def test_one_process_compiles_more_regions_than_dynamos_recompile_limit(lane: Lane,
+                                                                        tmp_path) -> None:
+    """A trial worker loads many regions: each gets a code object of its own, so the ninth
+    compiles like the first (one shared function fails past Dynamo's limit of 8 recompiles)."""
+    from arbiter.lanes.inductor.run import InductorRunner
+
+    for n in range(9):
+        region = RowwiseRegion(4, 8 + n, epilogue=(E.RELU,))
+        runner = InductorRunner(region, Config.of(mode="default"), lane.device, str(tmp_path))
+        verdict, log = verify(runner, region, budget_of(region, None), [secrets.randbits(31)])
+        assert verdict.status is Status.OK, f"region {n}: {verdict.detail}\n{log}"
