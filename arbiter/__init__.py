@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import (
     ArbiterError,
     BuildError,
+    CacheError,
     EmitError,
     InputError,
     LaneError,
@@ -85,7 +86,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError", "Config",
+    "ArbiterError", "Artifact", "AttentionRegion", "Availability", "BuildError", "CacheError",
+    "Config",
     "DEFAULT_BUDGET", "EmitError", "Epilogue", "FusedRegion", "GatedRegion", "InputError",
     "KernelSource", "Lane", "LaneError", "Measurement", "Platform", "Pointwise", "Reduction",
     "Region", "RegionError", "RowwiseRegion", "Rule", "Runner", "Space", "Spec", "SpecError",

@@ -21,6 +21,7 @@ _ENV = {
     "cuda_arch": "ARBITER_CUDA_ARCH",
     "extra_lanes": "ARBITER_EXTRA_LANES",
     "cc": "ARBITER_CC",
+    "worker_memory": "ARBITER_WORKER_MEMORY",
     "gfx11_emulation": "ARBITER_GFX11_EMULATION",
 }
 
@@ -33,6 +34,7 @@ class Settings:
     cuda_arch: str | None
     extra_lanes: str  # "name=module:attr,..." lanes registered without an entry point
     cc: str
+    worker_memory: str  # "" (the default limit), "8G", "50%" (of this machine's), "0" (none)
     gfx11_emulation: bool  # GPU lanes run their gfx11 code paths on an NVIDIA GPU (slow)
 
 
@@ -52,6 +54,7 @@ def settings() -> Settings:
         cuda_arch=env["cuda_arch"],
         extra_lanes=env["extra_lanes"] or "",
         cc=env["cc"] or "gcc",
+        worker_memory=env["worker_memory"] or "",
         gfx11_emulation=(env["gfx11_emulation"] or "0") not in ("0", "false", "no", "off"),
     )
 

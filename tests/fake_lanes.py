@@ -401,3 +401,109 @@ class BrokenSpace(Tiny):
 broken_space = BrokenSpace()
 LANES[broken_space.name] = broken_space
 _ATTRS += ("broken_space",)
+
+
+def _zero(arrays) -> None:
+    """Write zeros into `arrays` as native code would: through their memory, whatever numpy's
+    read-only flag says."""
+    for a in arrays.values():
+        ctypes.memset(a.ctypes.data, 0, a.nbytes)
+
+
+class Clobber(FakeLane):
+    """The right output, then its inputs zeroed (a buggy in-place kernel, an out-of-bounds
+    store): the fastest by its clock, and it must never win."""
+
+    name = "fake_clobber"
+
+    def latency(self, config):
+        return 1e-6
+
+    def fill(self, region, a, out, config):
+        super().fill(region, a, out, config)
+        _zero(a)
+
+
+class _ClobberingRunner(_Runner):
+    def time(self, input_sets, *, warmup, repeats):
+        for s in input_sets:
+            _zero(s)
+        return super().time(input_sets, warmup=warmup, repeats=repeats)
+
+
+class ClobberWhileTimed(Clobber):
+    """Right outputs, untouched inputs when checked; zeroes its inputs only when timed."""
+
+    name = "fake_clobber_timed"
+
+    def fill(self, region, a, out, config):
+        FakeLane.fill(self, region, a, out, config)
+
+    def runner(self, artifact, region):
+        return _ClobberingRunner(self, region, artifact.source.config)
+
+
+clobber, clobber_timed = Clobber(), ClobberWhileTimed()
+LANES.update({clobber.name: clobber, clobber_timed.name: clobber_timed})
+_ATTRS += ("clobber", "clobber_timed")
+
+
+class Hog(FakeLane):
+    """The right output, after taking $FAKE_HOG_BYTES (default 1 GiB) of memory, 64 MiB at a
+    time, and holding it for 30 s."""
+
+    name = "fake_hog"
+
+    def fill(self, region, a, out, config):
+        held, step = [], 64 << 20
+        for _ in range(int(os.environ.get("FAKE_HOG_BYTES", 1 << 30)) // step):
+            held.append(np.ones(step, np.uint8))
+            time.sleep(0.01)
+        time.sleep(30)
+        super().fill(region, a, out, config)
+
+
+class Reserve(FakeLane):
+    """The right output, from a process that reserved 8 GiB of address space (read-write,
+    never touched), as a GPU runtime reserves its own."""
+
+    name = "fake_reserve"
+    reserved: list[int] = []
+
+    def fill(self, region, a, out, config):
+        if not self.reserved:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long]
+            # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE
+            p = libc.mmap(None, 8 << 30, 0x1 | 0x2, 0x02 | 0x20 | 0x4000, -1, 0)
+            assert p not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+            self.reserved.append(p)
+        super().fill(region, a, out, config)
+
+
+class Sleepy(FakeLane):
+    """The right output, each run $FAKE_SLEEP seconds late."""
+
+    name = "fake_sleepy"
+
+    def fill(self, region, a, out, config):
+        time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+        super().fill(region, a, out, config)
+
+
+class SleepyWrong(Sleepy):
+    """`Sleepy` whose output is twice the right one: judged wrong as soon as it is checked,
+    never timed."""
+
+    name = "fake_sleepy_wrong"
+
+    def fill(self, region, a, out, config):
+        super().fill(region, a, out, config)
+        out *= np.float32(2.0)
+
+
+hog, reserve, sleepy, sleepy_wrong = Hog(), Reserve(), Sleepy(), SleepyWrong()
+LANES.update({x.name: x for x in (hog, reserve, sleepy, sleepy_wrong)})
+_ATTRS += ("hog", "reserve", "sleepy", "sleepy_wrong")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._cases import Case, cases, fresh_seeds, random_inputs, verify
+from ._cases import Case, cases, changed_inputs, fresh_seeds, random_inputs, verify
 from ._compare import (
     POISON_BITS,
     Verdict,
@@ -16,7 +16,7 @@ from ._compare import (
 from ._oracle import reference
 
 __all__ = [
-    "POISON_BITS", "Case", "Verdict", "budget_of", "cases", "checked_budget", "compare",
-    "fresh_seeds", "frobenius", "poison", "random_inputs", "reference", "untouched_count",
-    "verify",
+    "POISON_BITS", "Case", "Verdict", "budget_of", "cases", "changed_inputs", "checked_budget",
+    "compare", "fresh_seeds", "frobenius", "poison", "random_inputs", "reference",
+    "untouched_count", "verify",
 ]

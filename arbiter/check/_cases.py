@@ -1,20 +1,27 @@
 """The check of one loaded candidate: run it on fresh random inputs into a poisoned output
-and judge each output against the float64 reference."""
+and judge each output against the float64 reference.
+
+Native code ignores numpy's read-only flag: a kernel that writes into its inputs (in place,
+or out of bounds) would be judged on inputs it changed and leave them changed for every
+candidate after it. Each case keeps a digest of its inputs; after every call they are checked
+against it, and a candidate that changed them is `inputs_changed` (never a winner), its case
+drawn afresh from its seed for the next one."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..lane import Runner, Status
+from ..lane import InputsChanged, Runner, Status
 from ..region import Region, input_shapes, numpy_dtype, output_shape
 from ._compare import Verdict, compare, frobenius, poison
 from ._oracle import reference
 
-__all__ = ["Case", "cases", "fresh_seeds", "random_inputs", "verify"]
+__all__ = ["Case", "cases", "changed_inputs", "fresh_seeds", "random_inputs", "verify"]
 
 
 def random_inputs(region: Region, seed: int) -> dict[str, np.ndarray]:
@@ -38,14 +45,25 @@ def fresh_seeds(n: int = 2) -> list[int]:
 @dataclass
 class Case:
     """One seed's inputs (read-only, so an in-process lane cannot change what the next
-    candidate is checked on), the reference, and a copy of the inputs for timing (a kernel
-    that writes to its inputs while timed must not change the checked ones either)."""
+    candidate is checked on), the reference, a copy of the inputs for timing (a kernel that
+    writes to its inputs while timed must not change the checked ones either), and the
+    digest both must keep."""
 
     seed: int
     inputs: dict[str, np.ndarray]
     reference: np.ndarray
     norm: float
     timing: dict[str, np.ndarray]
+    digest: bytes = b""
+
+    def renewed(self, region: Region, *, timing: bool = False) -> bool:
+        """Did a kernel change the inputs (`timing`: their timing copy)? Then both are drawn
+        again from the seed: the same values, in arrays no kernel has had."""
+        if _digest(self.timing if timing else self.inputs) == self.digest:
+            return False
+        fresh = _inputs(region, self.seed)
+        self.inputs, self.timing = fresh.inputs, fresh.timing
+        return True
 
 
 def _frozen(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -54,11 +72,25 @@ def _frozen(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _case(region: Region, seed: int) -> Case:
+def _digest(arrays: dict[str, np.ndarray]) -> bytes:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arrays[name]).view(np.uint8).data)
+    return h.digest()
+
+
+def _inputs(region: Region, seed: int) -> Case:
     arrays = _frozen(random_inputs(region, seed))
-    ref = reference(region, arrays)
-    return Case(seed, arrays, ref, frobenius(ref),
-                _frozen({k: a.copy() for k, a in arrays.items()}))
+    return Case(seed, arrays, np.empty(0), 0.0, _frozen({k: a.copy() for k, a in arrays.items()}),
+                _digest(arrays))
+
+
+def _case(region: Region, seed: int) -> Case:
+    case = _inputs(region, seed)
+    case.reference = reference(region, case.inputs)
+    case.norm = frobenius(case.reference)
+    return case
 
 
 # The float64 reference runs once per region and seed in a worker, not once per candidate.
@@ -79,16 +111,41 @@ def cases(region: Region, seeds: list[int]) -> list[Case]:
     return [_CASES[(region, s)] for s in seeds]
 
 
+def changed_inputs(region: Region, seeds: list[int], *, timing: bool = False) -> str | None:
+    """What a kernel changed of the seeds' inputs (`timing`: of their timing copies), those
+    cases drawn afresh; None when nothing."""
+    return _changed(region, cases(region, seeds), timing)
+
+
+def _changed(region: Region, of: list[Case], timing: bool = False) -> str | None:
+    changed = [c.seed for c in of if c.renewed(region, timing=timing)]
+    if not changed:
+        return None
+    return (f"the candidate wrote into its {'timing ' if timing else ''}input arrays (seed "
+            f"{', '.join(map(str, changed))}): judged on inputs it changed, it would pass or "
+            "fail for the wrong reason, and so would every candidate after it")
+
+
 def verify(runner: Runner, region: Region, budget: float,
            seeds: list[int]) -> tuple[Verdict, str]:
     """Run on each seed's inputs into a poisoned output, then compare; the first failure or
-    the worst error, with a log line per seed."""
+    the worst error, with a log line per seed. A run that changed its inputs is
+    `inputs_changed`, whatever its output."""
     worst: Verdict | None = None
     log = []
     for case in cases(region, seeds):
         out = np.empty(output_shape(region), numpy_dtype(region.dtype))
         poison(out)
-        runner.run(case.inputs, out)
+        what = None
+        try:
+            runner.run(case.inputs, out)
+        except InputsChanged as e:  # (a GPU runner's device copies of them)
+            what = str(e)
+        finally:  # (a run that failed may have changed them too: the next one gets fresh ones)
+            what = _changed(region, [case]) or what
+        if what is not None:
+            log.append(f"seed {case.seed}: {Status.INPUTS_CHANGED.value}: {what}")
+            return Verdict(Status.INPUTS_CHANGED, None, None, what), "\n".join(log)
         v = compare(out, case.reference, budget, case.norm)
         log.append(f"seed {case.seed}: {v.status.value} rel_error={v.rel_error} "
                    f"{v.detail}".rstrip())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,11 +136,29 @@ def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
     out = run(region, lane=lane, config=config, **named)
     try:
         if missing and not in_path.exists():
-            np.savez(in_path, **named)
-        np.savez(out_path, out=out, **named)
+            _save_npz(in_path, named)
+        _save_npz(out_path, {"out": out, **named})
     except OSError as e:
         raise InputError(f"{e.filename or out_path}: cannot be written ({e.strerror or e})") \
             from None
     return {"lane": lane, "shape": out.shape, "drawn": missing, "recorded": recorded,
             "config": str(parse_config(get_lane(lane), region, config))}
 
+
+def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """`np.savez` into a file beside `path`, moved over it once complete: a full disk or a
+    kill mid-write leaves the file that was there (or none), never a truncated one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(f.fileno(), 0o666 & ~mask)  # (as np.savez would have made it)
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

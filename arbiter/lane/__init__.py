@@ -8,7 +8,7 @@ compiling lanes) and loads a `Runner` that validates every array before native c
 
 from __future__ import annotations
 
-from .._errors import BuildError, EmitError, InputError
+from .._errors import BuildError, CacheError, EmitError, InputError
 from ..region import (
     AttentionRegion,
     Epilogue,
@@ -23,8 +23,16 @@ from ..region import (
     output_shape,
 )
 from ..settings import settings
-from ._build import build_key, cached_build, compiler_identity, run_tool, version_text
-from ._inputs import validate_inputs, validate_output
+from ._build import (
+    artifact_mismatch,
+    build_key,
+    cache_root,
+    cached_build,
+    compiler_identity,
+    run_tool,
+    version_text,
+)
+from ._inputs import InputsChanged, validate_inputs, validate_output
 from ._protocol import Lane, Runner, refusal
 from ._registry import all_lanes, get_lane, lane_names
 from ._timing import HOST_METHOD, time_host, usable_cores
@@ -42,10 +50,13 @@ from ._values import (
 )
 
 __all__ = [
-    "Artifact", "AttentionRegion", "Availability", "BuildError", "Config", "ENUMERABLE",
+    "Artifact", "AttentionRegion", "Availability", "BuildError", "CacheError", "Config",
+    "ENUMERABLE",
     "EmitError", "Epilogue", "FusedRegion", "GatedRegion", "HOST_METHOD", "InputError",
+    "InputsChanged",
     "KernelSource", "Lane", "Platform", "Pointwise", "Reduction", "Region", "RowwiseRegion",
-    "Rule", "Runner", "Space", "Status", "Tunable", "all_lanes", "build_key", "cached_build",
+    "Rule", "Runner", "Space", "Status", "Tunable", "all_lanes", "artifact_mismatch",
+    "build_key", "cache_root", "cached_build",
     "compiler_identity", "get_lane", "input_shapes", "lane_names", "numpy_dtype", "output_shape",
     "refusal", "run_tool", "settings", "time_host", "usable_cores", "validate_inputs",
     "validate_output", "version_text"

@@ -9,7 +9,13 @@ import numpy as np
 from .._errors import InputError
 from ..region import Region, input_shapes, numpy_dtype, output_shape
 
-__all__ = ["validate_inputs", "validate_output"]
+__all__ = ["InputsChanged", "validate_inputs", "validate_output"]
+
+
+class InputsChanged(RuntimeError):
+    """Raised by a runner that finds the kernel wrote into its inputs (a GPU runner comparing
+    its device copies with the host arrays they came from): the checker records the candidate
+    as `inputs_changed`. The host arrays a runner is given are checked by the checker itself."""
 
 
 def validate_inputs(region: Region, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:

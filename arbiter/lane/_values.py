@@ -34,6 +34,8 @@ class Status(str, enum.Enum):
     NAN = "nan"  # output holds NaN or Inf
     UNTOUCHED = "untouched"  # some output element still holds the poison pattern
     WRONG_RESULT = "wrong_result"  # finite, fully written, but over the accuracy budget
+    INPUTS_CHANGED = "inputs_changed"  # it wrote into its input arrays (judged on fresh ones)
+    OUT_OF_MEMORY = "out_of_memory"  # the worker's memory passed its limit (killed)
 
 
 @dataclass(frozen=True)

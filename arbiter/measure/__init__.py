@@ -21,11 +21,11 @@ from ._stats import (
     round_values,
 )
 from ._trial import Timing, timing_samples
-from ._worker import MAX_TIMEOUT, Worker, checked_timeout
+from ._worker import MAX_TIMEOUT, Worker, checked_timeout, memory_limit
 
 __all__ = [
     "BUSY", "EQUIVALENCE", "FASTER", "MAX_TIMEOUT", "ROUND_CALLS", "TIE", "UNRESOLVED",
     "Comparison", "Estimate", "Load", "Measurement", "Timing", "Worker", "build_all",
     "build_candidate", "checked_timeout", "compare_rounds", "environment_cause", "estimate",
-    "median_interval", "round_values", "timing_samples", "with_cause",
+    "median_interval", "memory_limit", "round_values", "timing_samples", "with_cause",
 ]

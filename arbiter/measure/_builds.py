@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .._errors import BuildError, EmitError
+from .._errors import BuildError, CacheError, EmitError
 from ..lane import Artifact, Config, Lane, Status, usable_cores
 from ..region import Region
 from ._measurement import Measurement
@@ -28,6 +28,8 @@ def build_candidate(lane: Lane, region: Region, config: Config) -> Artifact | Me
         return lane.build(source)
     except BuildError as e:
         return Measurement(Status.COMPILE_FAILED, log=f"{e}\n{e.log}")
+    except CacheError:  # (no candidate's failure: the sweep stops, with why)
+        raise
     except Exception:  # noqa: BLE001  a plug-in's build raising is its candidate's failure
         return Measurement(Status.COMPILE_FAILED, log=traceback.format_exc(limit=8))
 

@@ -4,7 +4,10 @@ them against the oracle and times them, one request at a time, for the parent (`
 Requests come pickled on stdin, each a length and a pickle; replies go the same way to the
 process's original stdout, while fd 1 is pointed at stderr, so a chatty lane cannot corrupt
 the protocol. Everything a lane raises becomes an ("error", text) reply; a crash or a hang is
-the parent's to see.
+the parent's to see. Before its reply, a request may send ("own", False) when the candidate's
+part starts (the worker's own part, start-up, inputs and references, came first), and
+("own", True) / ("own", False) around waiting for a busy machine: the parent's deadline
+counts the candidate's part only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pickle
 import struct
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 __all__ = ["HEADER", "read_message", "write_message"]
@@ -36,24 +40,33 @@ def read_message(inp: BinaryIO) -> Any:
     return pickle.loads(inp.read(HEADER.unpack(head)[0]))
 
 
-def _handle(req: dict[str, Any], load: Any) -> Any:
+def _handle(req: dict[str, Any], load: Any, own: Callable[[bool], None]) -> Any:
+    from ..check import cases
     from ..lane import get_lane
     from ._trial import check_and_time, finals
 
     if req["op"] == "finals":
         entries = [(get_lane(name), artifact) for name, artifact in req["entries"]]
+    else:
+        lane = get_lane(req["lane"])
+    cases(req["region"], req["seeds"])  # the inputs and their float64 reference: ours
+    own(False)  # the candidate's part, from here
+    if req["op"] == "finals":
         return finals(entries, req["region"], req["budget"], req["seeds"], req["timing"], load)
-    return check_and_time(get_lane(req["lane"]), req["region"], req["artifact"], req["budget"],
-                          req["ceiling"], req["seeds"], req["timing"], load)
+    return check_and_time(lane, req["region"], req["artifact"], req["budget"], req["ceiling"],
+                          req["seeds"], req["timing"], load)
 
 
 def serve(inp: BinaryIO, out: BinaryIO, parent: int | None) -> None:
     from ._load import Load
 
-    load = Load([parent] if parent else [])
+    def own(yes: bool) -> None:  # the worker's own part starts (True) or ends
+        write_message(out, ("own", yes))
+
+    load = Load([parent] if parent else [], own)
     while (req := read_message(inp)) is not None:
         try:
-            reply: Any = ("ok", _handle(req, load))
+            reply: Any = ("ok", _handle(req, load, own))
         except Exception:  # noqa: BLE001  what a lane raised is the trial's result
             reply = ("error", traceback.format_exc(limit=8))
         write_message(out, reply)

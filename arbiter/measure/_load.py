@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["BUSY", "WINDOW", "Load"]
 
@@ -23,8 +23,10 @@ class Load:
     """Reads of others' CPU use on this process's CPUs; `pids` count as this process (its
     parent, whose own work is not a neighbour's)."""
 
-    def __init__(self, pids: Iterable[int] = ()) -> None:
+    def __init__(self, pids: Iterable[int] = (),
+                 waiting: Callable[[bool], None] | None = None) -> None:
         self.pids = (os.getpid(), *pids)
+        self.waiting = waiting  # told when a wait for a quiet machine starts (True) and ends
         try:
             self.cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         except AttributeError:
@@ -76,8 +78,13 @@ class Load:
         seconds; the last load read and the seconds waited."""
         start = time.monotonic()
         load, waited = self.now(), 0.0
+        waits = load is not None and load > BUSY and max_wait > 0
+        if waits and self.waiting is not None:
+            self.waiting(True)
         while load is not None and load > BUSY and waited < max_wait:
             time.sleep(min(WINDOW, max_wait - waited))  # never past max_wait: it is an allowance
             waited = time.monotonic() - start
             load = self.now()
+        if waits and self.waiting is not None:
+            self.waiting(False)
         return load, waited

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..check import Verdict, cases, verify
-from ..lane import Artifact, Lane, Runner, Status
+from ..check import Verdict, cases, changed_inputs, verify
+from ..lane import Artifact, InputsChanged, Lane, Runner, Status, artifact_mismatch
 from ..region import Region
 from ._load import BUSY, Load
 from ._measurement import Measurement
@@ -84,15 +84,26 @@ def _failed(status: Status, log: str, artifact: Artifact) -> Measurement:
     return Measurement(status, compile_seconds=artifact.compile_seconds, log=log)
 
 
+def _loaded(lane: Lane, artifact: Artifact, region: Region) -> Runner | Measurement:
+    """The artifact loaded, once it is checked to be what was built (its digest, just before
+    dlopen runs its constructors); a LAUNCH_FAILED Measurement when it cannot be."""
+    wrong = None if artifact.path is None else artifact_mismatch(artifact.path)
+    if wrong is not None:
+        return _failed(Status.LAUNCH_FAILED, f"not loaded: {wrong}", artifact)
+    try:
+        return lane.runner(artifact, region)
+    except (RuntimeError, OSError) as e:
+        return _failed(Status.LAUNCH_FAILED, f"load failed: {e}", artifact)
+
+
 def check_and_time(lane: Lane, region: Region, artifact: Artifact, budget: float,
                    ceiling: float, seeds: list[int], t: Timing | None, load: Load) -> Measurement:
     """Verify on each seed's inputs (two fresh seeds per sweep), then time (`t` None: verify
     only). A candidate is timed when it passes, or when its error is over the budget but
     within `ceiling`, so a looser budget asked later can be answered from the records."""
-    try:
-        runner = lane.runner(artifact, region)
-    except (RuntimeError, OSError) as e:
-        return _failed(Status.LAUNCH_FAILED, f"load failed: {e}", artifact)
+    runner = _loaded(lane, artifact, region)
+    if isinstance(runner, Measurement):
+        return runner
     try:
         verdict, log = verify(runner, region, budget, seeds)
         timed = verdict.status is Status.OK or (
@@ -100,9 +111,16 @@ def check_and_time(lane: Lane, region: Region, artifact: Artifact, budget: float
         if t is None or not timed:
             return _verdict(verdict, log, artifact, runner)
         sets = [c.timing for c in cases(region, seeds)[:t.input_sets]]
-        samples, busy, waited = _timed(runner, sets, t, load)
+        try:
+            samples, busy, waited = _timed(runner, sets, t, load)
+        finally:  # (the next candidate is timed on fresh ones, whatever became of this one)
+            changed = changed_inputs(region, seeds, timing=True)
+        if changed is not None:
+            return _failed(Status.INPUTS_CHANGED, f"{log}\nwhile timed: {changed}", artifact)
         return Measurement(verdict.status, verdict.rel_error, verdict.max_abs, tuple(samples),
                            runner.timing_method, artifact.compile_seconds, log, busy, waited)
+    except InputsChanged as e:  # (a GPU runner's device copies, while timed)
+        return _failed(Status.INPUTS_CHANGED, str(e), artifact)
     except _BadClock as e:
         return _failed(Status.LAUNCH_FAILED, str(e), artifact)
     except RuntimeError as e:
@@ -125,13 +143,11 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
     out: list[Measurement | None] = [None] * len(entries)
     loaded: dict[int, Runner] = {}
     try:
-        sets = [c.timing for c in cases(region, seeds)[:t.input_sets]]
         verdicts: dict[int, Verdict] = {}
         for i, (lane, artifact) in enumerate(entries):
-            try:
-                runner = lane.runner(artifact, region)
-            except (RuntimeError, OSError) as e:
-                out[i] = _failed(Status.LAUNCH_FAILED, f"load failed: {e}", artifact)
+            runner = _loaded(lane, artifact, region)
+            if isinstance(runner, Measurement):
+                out[i] = runner
                 continue
             loaded[i] = runner
             try:
@@ -142,8 +158,13 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
                 out[i] = _verdict(v, log, artifact, runner)
             else:
                 verdicts[i] = v
-        samples, busy, waited = _rounds({i: loaded[i] for i in verdicts}, sets, t, load, out,
-                                        entries)
+        while True:
+            timed = {i: loaded[i] for i in verdicts if out[i] is None}
+            sets = [c.timing for c in cases(region, seeds)[:t.input_sets]]
+            samples, busy, waited = _rounds(timed, sets, t, load, out, entries)
+            if changed_inputs(region, seeds, timing=True) is None or not _wrote_inputs(
+                    timed, region, seeds, t, out, entries):
+                break  # (rounds taken on inputs one of them changed are taken again)
         for i, v in verdicts.items():
             if out[i] is None:
                 out[i] = Measurement(Status.OK, v.rel_error, v.max_abs, tuple(samples[i]),
@@ -153,6 +174,27 @@ def finals(entries: list[tuple[Lane, Artifact]], region: Region, budget: float,
         for runner in loaded.values():
             runner.close()
     return [m for m in out if m is not None]
+
+
+def _wrote_inputs(runners: dict[int, Runner], region: Region, seeds: list[int], t: Timing,
+                  out: list[Measurement | None], entries: list) -> bool:
+    """Which finalists write into the timing inputs (found by timing each alone on fresh
+    ones), each then `inputs_changed`; False when none does by itself."""
+    found = False
+    for i, runner in runners.items():
+        if out[i] is not None:
+            continue
+        sets = [c.timing for c in cases(region, seeds)[:t.input_sets]]
+        try:
+            _time(runner, sets, 0, ROUND_CALLS)
+            what = changed_inputs(region, seeds, timing=True)
+        except (_BadClock, RuntimeError) as e:
+            what = changed_inputs(region, seeds, timing=True) or (
+                str(e) if isinstance(e, InputsChanged) else None)
+        if what is not None:
+            out[i] = _failed(Status.INPUTS_CHANGED, f"finalist re-timing: {what}", entries[i][1])
+            found = True
+    return found
 
 
 def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
@@ -172,8 +214,9 @@ def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
             try:
                 samples[i] += _time(runners[i], sets, 1, ROUND_CALLS)
             except (_BadClock, RuntimeError) as e:
-                out[i] = _failed(Status.LAUNCH_FAILED, f"finalist re-timing failed: {e}",
-                                 entries[i][1])
+                status = (Status.INPUTS_CHANGED if isinstance(e, InputsChanged)
+                          else Status.LAUNCH_FAILED)
+                out[i] = _failed(status, f"finalist re-timing failed: {e}", entries[i][1])
                 del samples[i]
                 live.discard(i)
         now = load.now()

@@ -134,6 +134,22 @@ int arbiter_run(int set, void* host_out) {
     return 0;
 }
 
+/* Copy input `k` of set `set` back from the device into host_in (its element count): the
+ * runner compares it with what it copied in, so a kernel that writes into its inputs (in
+ * place, or out of bounds) is caught. */
+int arbiter_read_input(int set, int k, void* host_in) {
+    if (arb_n_sets == 0 || set < 0 || set >= arb_n_sets || k < 0 || k >= ARB_N_INPUTS ||
+        host_in == NULL) {
+        snprintf(arb_err, sizeof arb_err, "arbiter_read_input: input %d of set %d not prepared",
+                 k, set);
+        return 1;
+    }
+    ARB_CHECK(hipStreamSynchronize(arb_stream));
+    ARB_CHECK(hipMemcpy(host_in, arb_dev_in[set * ARB_N_INPUTS + k],
+                        (size_t)arb_input_elems[k] * sizeof(arb_store_t), hipMemcpyDeviceToHost));
+    return 0;
+}
+
 /* `warmup` untimed launches, then `repeats` launches back to back with a device event between
  * each; ms_out[r] is the time between consecutive events. Input sets rotate per launch. */
 int arbiter_time(int warmup, int repeats, float* ms_out) {

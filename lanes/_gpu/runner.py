@@ -13,6 +13,7 @@ import numpy as np
 
 from arbiter.lane import (
     Artifact,
+    InputsChanged,
     Platform,
     Region,
     input_shapes,
@@ -93,6 +94,7 @@ class GpuRunner:
         lib.arbiter_prepare.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
         lib.arbiter_run.argtypes = [ctypes.c_int, ctypes.c_void_p]
         lib.arbiter_time.argtypes = [ctypes.c_int, ctypes.c_int, _FLOAT_P]
+        lib.arbiter_read_input.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         lib.arbiter_release.restype = None
         self._lib = lib
         self._names = list(input_shapes(region))
@@ -108,6 +110,7 @@ class GpuRunner:
             raise RuntimeError(f"{artifact.lane}: library stores {lib.arbiter_elem_bytes()}-byte "
                                f"elements, region {region.label} is {region.dtype}")
         self._kept: list[np.ndarray] = []
+        self._timed = False  # the device inputs were checked after a timing
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -121,10 +124,22 @@ class GpuRunner:
         self._check(self._lib.arbiter_prepare(len(arrays), ptrs), "arbiter_prepare")
         self._kept = flat  # hold the host arrays until the copies are done
 
+    def _inputs_kept(self, when: str) -> None:
+        """Raise InputsChanged when a device input no longer holds what was copied in."""
+        n = len(self._names)
+        for k, host in enumerate(self._kept):
+            back = np.empty_like(host)
+            self._check(self._lib.arbiter_read_input(k // n, k % n, back.ctypes.data),
+                        "arbiter_read_input")
+            if not np.array_equal(back.view(np.uint8), host.view(np.uint8)):
+                raise InputsChanged(f"the kernel wrote into its device input "
+                                    f"{self._names[k % n]!r} (set {k // n}) {when}")
+
     def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
         validate_output(self.region, out)
         self._prepare([inputs])
         self._check(self._lib.arbiter_run(0, out.ctypes.data), "arbiter_run")
+        self._inputs_kept("while checked")
 
     def time(
         self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
@@ -132,6 +147,13 @@ class GpuRunner:
         if not input_sets or repeats < 1 or warmup < 0:
             raise ValueError("need at least one input set and one repeat")
         self._prepare(input_sets)
+        samples = self._timing(warmup, repeats)
+        if not self._timed:  # (once a runner: the first timing of a candidate, or a finalist)
+            self._timed = True
+            self._inputs_kept("while timed")
+        return samples
+
+    def _timing(self, warmup: int, repeats: int) -> list[float]:
         if self.timing_method != WALL_CLOCK:
             start = perf_counter()
             samples = self._events(warmup, repeats)

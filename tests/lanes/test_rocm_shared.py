@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REGIONS, INFERENCE = ROOT / "examples" / "regions.toml", ROOT / "examples" / "inference.toml"
 TARGET = "hipv4-amdgcn-amd-amdhsa--gfx1151"
 ABI = ("arbiter_prepare", "arbiter_run", "arbiter_time", "arbiter_release", "arbiter_last_error",
-       "arbiter_n_inputs", "arbiter_input_elems", "arbiter_output_elems", "arbiter_elem_bytes")
+       "arbiter_n_inputs", "arbiter_input_elems", "arbiter_output_elems", "arbiter_elem_bytes",
+       "arbiter_read_input")
 # A rowwise region with a block reduction (the example's rowwise chain has none) and an f32
 # gated region (hip_scalar computes f32 storage only; the example's is bf16).
 LAYER_NORM = RowwiseRegion(64, 1000, name="row_layer_norm", residual=True,
@@ -214,11 +215,24 @@ def test_choose_clock_falls_back_on_garbage_events(events, wall, why):
 
 class _FakeLib:
     """The arb_runner.h ABI in Python: the sizes of `region`, and arbiter_time writing
-    `event_ms` for every launch; counts the launches timed in each call."""
+    `event_ms` for every launch; counts the launches timed in each call. Its "device" inputs
+    are the host arrays it was given."""
 
     def __init__(self, region, event_ms: float) -> None:
+        import ctypes
+
         shapes = [math.prod(s) for s in input_shapes(region).values()]
+        size = numpy_dtype(region.dtype).itemsize
         self.time_calls: list[tuple[int, int]] = []
+        self.inputs: list[int] = []
+
+        def arbiter_prepare(n, ptrs):
+            self.inputs = [ptrs[i] for i in range(n * len(shapes))]
+            return 0
+
+        def arbiter_read_input(s, k, host):
+            ctypes.memmove(host, self.inputs[s * len(shapes) + k], shapes[k] * size)
+            return 0
 
         def arbiter_time(warmup, repeats, ms_out):
             self.time_calls.append((warmup, repeats))
@@ -232,7 +246,8 @@ class _FakeLib:
             "arbiter_input_elems": lambda i: shapes[i],
             "arbiter_output_elems": lambda: math.prod(output_shape(region)),
             "arbiter_elem_bytes": lambda: numpy_dtype(region.dtype).itemsize,
-            "arbiter_prepare": lambda n, ptrs: 0,
+            "arbiter_prepare": arbiter_prepare,
+            "arbiter_read_input": arbiter_read_input,
             "arbiter_run": lambda s, out: 0,
             "arbiter_time": arbiter_time,
             "arbiter_release": lambda: None,
