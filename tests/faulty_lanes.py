@@ -6,6 +6,7 @@ environment does from a file a test makes or removes, so one test can change it 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import time
@@ -76,9 +77,34 @@ class Slowish(Tiny):
         super().fill(region, a, out, config)
 
 
-sleepy, disk_full, blocked, slowish = Sleepy(), DiskFull(), Blocked(), Slowish()
+class Cached(Slowish):
+    """`Slowish` built through the real build cache: each config an artifact of
+    $FAKE_ARTIFACT_KB KiB (default 64) written there, as a compiler's library would be (a
+    full cache disk fails it as it fails them)."""
+
+    name = "fake_cached"
+
+    def build(self, source):
+        from arbiter.lane import build_key, cached_build
+
+        size = int(os.environ.get("FAKE_ARTIFACT_KB", "64")) << 10
+        key = build_key(source=source.text + source.config.key, compiler="", flags=(),
+                        arch="", lane=self.name)
+
+        def write(tmp, target):
+            target.write_bytes(os.urandom(size))
+            return 0, ""
+
+        path, seconds, cached, log = cached_build(key, ".bin", write)
+        return dataclasses.replace(super().build(source), path=str(path),
+                                   compile_seconds=seconds, cached=cached, log=log)
+
+
+sleepy, disk_full, blocked, slowish, cached = (Sleepy(), DiskFull(), Blocked(), Slowish(),
+                                               Cached())
 LANES = {lane.name: attr for attr, lane in (("sleepy", sleepy), ("disk_full", disk_full),
-                                            ("blocked", blocked), ("slowish", slowish))}
+                                            ("blocked", blocked), ("slowish", slowish),
+                                            ("cached", cached))}
 
 
 def extra_lanes(*names: str) -> str:

@@ -194,3 +194,34 @@ def test_older_records_get_their_causes_from_their_logs(tmp_path):
         got = con.execute("select status, cause, timeout from measurements order by id").fetchall()
     assert got == [("timeout", None, 0.5), ("crashed", "SIGKILL", None), ("crashed", None, None),
                    ("compile_failed", "ENOSPC", None), ("ok", None, None)]
+
+
+def test_a_tune_killed_mid_sweep_is_not_waited_for_by_the_next(env, tmp_path):
+    """Its lease on the region it was sweeping stays in the records; the next tune on this
+    machine sees its holder has ended and takes it at once (it waited 60 s for it to go
+    silent: a kill cost every resume a minute)."""
+    env = dict(env, FAKE_SLEEP="0.05")
+    argv = [sys.executable, "-m", "arbiter", "tune", str(tmp_path / "one.toml"), "--json",
+            "--lanes", "fake_slowish", "--trials", "18"]
+    p = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    def started() -> bool:
+        try:
+            return len(measured(tmp_path, "fake_slowish")) >= 3
+        except sqlite3.OperationalError:  # (its tables not made yet)
+            return False
+
+    deadline = time.monotonic() + 120
+    while not started():
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    with sqlite3.connect(tmp_path / "arbiter.db") as con:
+        [(holder,)] = con.execute("select holder from leases").fetchall()
+    assert holder and holder.split(":")[1] == str(p.pid)  # (the dead tune's)
+    start = time.monotonic()
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "being swept by" not in done.stderr and time.monotonic() - start < 50
+    assert json.loads(done.stdout)[0]["config"] == {"block": 4, "fast": False, "unroll": 2}

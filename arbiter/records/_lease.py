@@ -4,8 +4,9 @@ that region's candidates there.
 
 A lease is taken when free, held by its taker already, or silent for longer than its
 `seconds` (its holder was killed, lost power or its network): the new holder resumes from
-the records. Every measurement is written in the same transaction as a renewal of the lease,
-so a holder that lost it (silent too long, taken over) cannot record a candidate its
+the records. A holder on this machine whose process has ended (a `tune` killed, then run
+again) is not waited for. Every measurement is written in the same transaction as a renewal
+of the lease, so a holder that lost it (silent too long, taken over) cannot record a candidate its
 successor is measuring. A thread renews it meanwhile (a build or a long candidate).
 """
 
@@ -36,10 +37,36 @@ class LeaseLost(StoreError):
     """This process no longer holds the region it was sweeping."""
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (Linux; "" elsewhere): a pid names a process only there
+    (two containers may share a host name)."""
+    try:
+        return f"{os.stat('/proc/self/ns/pid').st_ino:x}"
+    except OSError:
+        return ""
+
+
 def holder_id() -> str:
     """Who a lease is held by, readable in `arbiter jobs`: host, pid and a random part (pids
-    repeat across machines and restarts)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    repeat across machines and restarts), and the pid namespace where there is one."""
+    ns = _pid_namespace()
+    me = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return f"{me}:{ns}" if ns else me
+
+
+def _ended(holder: str) -> bool:
+    """Is `holder` a process of this machine and pid namespace that no longer exists? (A pid
+    used again by another process reads as alive: its lease is waited out, as before.)"""
+    host, pid, _, ns = (holder.split(":") + ["", "", "", ""])[:4]
+    if host != socket.gethostname() or not ns or ns != _pid_namespace() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
 
 
 def changed(s: Session, statement: Any) -> int:
@@ -90,13 +117,15 @@ class Lease:
                                      taken_at=t, seconds=self.seconds, takeovers=0))
                     s.flush()
                     return None
-                if row.holder not in (None, self.holder) and not _silent(row, t):
+                ended = row.holder is not None and _ended(row.holder)
+                if row.holder not in (None, self.holder) and not _silent(row, t) and not ended:
                     return row.holder  # (read first: an idle worker's poll writes nothing)
                 other = and_(LeaseModel.holder.is_not(None), LeaseModel.holder != self.holder)
-                got = changed(s, update(LeaseModel).where(
-                    *self._mine(),
-                    or_(LeaseModel.holder.is_(None), LeaseModel.holder == self.holder,
-                        LeaseModel.heartbeat_at < t - timedelta(seconds=row.seconds)))
+                free = [LeaseModel.holder.is_(None), LeaseModel.holder == self.holder,
+                        LeaseModel.heartbeat_at < t - timedelta(seconds=row.seconds)]
+                if ended:  # (still that holder's: no other process took it meanwhile)
+                    free.append(LeaseModel.holder == row.holder)
+                got = changed(s, update(LeaseModel).where(*self._mine(), or_(*free))
                     .values(holder=self.holder, job_id=self.job_id, heartbeat_at=t, taken_at=t,
                             seconds=self.seconds,
                             takeovers=LeaseModel.takeovers + case((other, 1), else_=0)))
