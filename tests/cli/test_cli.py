@@ -37,7 +37,8 @@ def test_lanes_json_lists_numpy():
     assert p.returncode == 0, p.stderr
     rows = {r["name"]: r for r in json.loads(p.stdout)}
     assert rows["numpy"]["available"] is True and rows["numpy"]["platform"] == "cpu"
-    assert all(set(r) == {"name", "platform", "available", "reason", "schema"} for r in rows.values())
+    keys = {"name", "platform", "available", "reason", "schema"}
+    assert all(set(r) == keys for r in rows.values())
 
 
 def test_check_numpy_on_examples_passes():
