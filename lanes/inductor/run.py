@@ -47,11 +47,11 @@ def compiled(region: Region, config: Config, device: str, inductor_cache: str,
     from the cache) the pool would only import torch again in processes that run beside the
     timing."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache  # read by Inductor at each lookup
-    torch = torch_module()
     if not compile_pool:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = 1  # (not part of Inductor's cache keys)
+        # read when Inductor's config is first imported (by the first torch.compile of this
+        # process); every call in a process passes the same value, and it is not in the cache keys
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    torch = torch_module()
     names = tuple(input_shapes(region))
     tf32 = bool(config.get("tf32", False))
     fn = torch.compile(_region_graph(region), mode=config["mode"], dynamic=False,
