@@ -210,7 +210,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
 
     restrict = how.options.restrict
     if restrict:
-        restrict.check_names((ln.name, ln.space(region)) for region in todo for ln in chosen
+        restrict.check((ln.name, ln.space(region)) for region in todo for ln in chosen
                              if refusal(ln, region) is None)
     busy = BusyNotice(how.options.timing)
     records = Records(url)

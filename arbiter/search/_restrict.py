@@ -129,15 +129,38 @@ class Restriction:
         keys = {split_item(i)[0] for i in (*self.fixed, *self.excluded)}
         return keys | {n for text in self.where for n in _Where(text).names}
 
-    def check_names(self, spaces: Iterable[tuple[str, Space]]) -> None:
-        """Refuse a name no lane has (a typo would otherwise restrict nothing)."""
-        pairs = [(lane, t.name) for lane, s in spaces for t in s.tunables]
-        plain = {name for _, name in pairs}
-        known = plain | {f"{lane}.{name}" for lane, name in pairs}
+    def check(self, spaces: Iterable[tuple[str, Space]]) -> None:
+        """Refuse what no lane swept can honour, which would otherwise restrict nothing and
+        say nothing: a name no lane has, a value no lane with that name offers, a `--where`
+        over tunables no one lane has together. What one lane knows and another does not is
+        fine (the other is left alone)."""
+        pairs = [(lane, {t.name: t.choices for t in s.tunables}) for lane, s in spaces]
+        plain = {name for _, tunables in pairs for name in tunables}
+        known = plain | {f"{lane}.{name}" for lane, tunables in pairs for name in tunables}
         unknown = sorted(self.names() - known)
         if unknown:
             raise ArbiterError(f"{unknown[0]!r} is no tunable of the lanes swept (theirs: "
                                f"{', '.join(sorted(plain)) or 'none'})")
+        fixed: dict[str, str] = {}
+        for flag, items in (("--config", self.fixed), ("--exclude", self.excluded)):
+            for item in items:
+                key, text = split_item(item, flag)
+                if flag == "--config" and fixed.setdefault(key, item) != item:
+                    raise ArbiterError(f"--config {fixed[key]} and {item}: one value each")
+                offered = [c for lane, tunables in pairs
+                           for c in tunables.get(_ours(key, lane) or "", ())]
+                try:
+                    coerce(text, offered)
+                except ValueError:
+                    shown = ", ".join(dict.fromkeys(map(str, offered)))
+                    raise ArbiterError(f"{flag} {item}: no lane swept offers "
+                                       f"{key.rpartition('.')[2]}={text} (its values: "
+                                       f"{shown})") from None
+        for text in self.where:
+            names = _Where(text).names
+            if not any(names <= set(tunables) for _, tunables in pairs):
+                raise ArbiterError(f"--where {text!r}: no lane swept has all of "
+                                   f"{', '.join(sorted(names))}, so it would restrict nothing")
 
     def narrow(self, lane: str, space: Space) -> Space:
         """The lane's space with what the user fixed, excluded and required; its default

@@ -3,12 +3,14 @@ a `--where` expression is interpreted, never evaluated."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
 
 import arbiter
 from arbiter import ArbiterError
+from arbiter.lane import Space, Tunable
 from arbiter.measure import Timing
 from arbiter.search import Restriction
 from tests import fake_lanes
@@ -57,7 +59,32 @@ def test_a_space_left_empty_is_one_clear_error(r, needle):
 
 def test_a_name_no_lane_has_is_refused():
     with pytest.raises(ArbiterError, match="'blok' is no tunable"):
-        Restriction(where=("blok < 2",)).check_names([("fake_tiny", TINY)])
+        Restriction(where=("blok < 2",)).check([("fake_tiny", TINY)])
+
+
+OTHER = Space((Tunable("block", (16, 32), 16), Tunable("width", (1, 2), 1)))
+SWEPT = [("fake_tiny", TINY), ("other", OTHER)]
+
+
+@pytest.mark.parametrize("r, needle", [
+    (Restriction(excluded=("block=3",)), "--exclude block=3: no lane swept offers block=3 "
+     "(its values: 1, 2, 4, 8, 16, 32)"),
+    (Restriction(excluded=("fake_tiny.block=16",)), "--exclude fake_tiny.block=16: no lane"),
+    (Restriction(fixed=("block=3",)), "--config block=3: no lane swept offers"),
+    (Restriction(where=("unroll > 1 and width > 1",)), "no lane swept has all of unroll, "
+     "width"),
+    (Restriction(fixed=("block=2", "block=4")), "--config block=2 and block=4"),
+])
+def test_a_value_or_a_rule_no_lane_can_honour_is_refused(r, needle):
+    """Before this, an excluded value no lane has, or a rule over tunables of two different
+    lanes, restricted nothing and said nothing."""
+    with pytest.raises(ArbiterError, match=re.escape(needle)):
+        r.check(SWEPT)
+
+
+def test_what_one_lane_knows_is_fine_where_another_does_not():
+    Restriction(fixed=("unroll=2",), excluded=("block=16", "width=2", "fake_tiny.block=1"),
+                where=("width > 1",)).check(SWEPT)
 
 
 def test_a_restricted_sweep_measures_only_inside_and_declares_its_winner_there(
