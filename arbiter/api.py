@@ -209,9 +209,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     from .sweep import BusyNotice, sweep_region
 
     restrict = how.options.restrict
-    if restrict:
-        restrict.check((ln.name, ln.space(region)) for region in todo for ln in chosen
-                             if refusal(ln, region) is None)
+    check_restriction(restrict, todo, chosen)
     busy = BusyNotice(how.options.timing)
     records = Records(url)
     fp = fingerprint()
@@ -261,6 +259,18 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
     finally:
         shown.close()
     return rows
+
+
+def check_restriction(restrict: Any, todo: Sequence[Region], chosen: Sequence[Lane]) -> None:
+    """Refuse a `--config/--exclude/--where` (`search.Restriction`) that the lanes applying
+    to `todo` cannot honour, or that leaves one of their spaces empty, before anything runs."""
+    if not restrict:
+        return
+    spaces = [(ln.name, ln.space(region)) for region in todo for ln in chosen
+              if refusal(ln, region) is None]
+    restrict.check(spaces)
+    for lane, space in spaces:
+        restrict.narrow(lane, space)
 
 
 def _wait_for(lease: Any, region: Region) -> None:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import argparse
 
-from .._errors import ArbiterError
 from ..api import DEFAULT_TIMEOUT, DEFAULT_TRIALS
 from ._table import print_json, print_table
 
@@ -65,10 +64,6 @@ def main(args: argparse.Namespace) -> int:
                    config=args.config, exclude=args.exclude, where=args.where)
     if args.workers is not None:
         from ..service.workers import tune_across
-
-        if args.config or args.exclude or args.where:
-            raise ArbiterError("--config, --exclude and --where sweep here only, not with "
-                               "--workers")
 
         rows = tune_across(args.spec, args.workers, db=args.db, lanes=lanes,
                            progress=not args.json, **options)

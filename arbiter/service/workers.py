@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ArbiterError, StoreError, masked_url, one_line
-from ..api import empty_row, spec_regions, sweep_regions, tune_settings, usable_lanes
+from ..api import (
+    check_restriction,
+    empty_row,
+    spec_regions,
+    sweep_regions,
+    tune_settings,
+    usable_lanes,
+)
 from ..check import budget_of
 from ..lane import Lane
 from ..measure import Worker
@@ -30,7 +37,8 @@ from ..settings import settings
 __all__ = ["MAX_TAKEOVERS", "local_workers", "tune_across", "work"]
 
 MAX_TAKEOVERS = 3  # a region whose holders went silent this often is given up (it kills them)
-OPTIONS = ("trials", "budget", "timeout", "seed", "sampler", "equivalence", "refinal")
+OPTIONS = ("trials", "budget", "timeout", "seed", "sampler", "equivalence", "refinal", "config",
+           "exclude", "where")
 
 
 def _say(text: str) -> None:
@@ -201,8 +209,10 @@ def tune_across(spec: Any, n: int, *, db: str | None = None,
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArbiterError(f"--workers must be at least 1, got {n}")
     how = tune_settings(**options)  # checked here, before any worker starts
-    named = [ln.name for ln in usable_lanes(list(lanes) if lanes else None)] if lanes else None
+    offered = usable_lanes(list(lanes) if lanes else None)
+    named = [ln.name for ln in offered] if lanes else None
     todo = spec_regions(spec, regions)
+    check_restriction(how.options.restrict, todo, offered)
     url = db or settings().db
     queue = Queue(url)
     ours = fingerprint(cpus=len(cpu_sets(n)[0])).hash  # the workers' environment

@@ -152,6 +152,31 @@ def test_tune_with_workers_answers_like_tune(url, capsys, tmp_path):
     assert all(r["lane"] == "fake_tiny" and r["new_trials"] >= 4 for r in rows)
 
 
+def test_tune_with_workers_sweeps_only_the_space_asked_for(url, capsys, tmp_path):
+    """--config, --exclude and --where travel with the job: each worker narrows its
+    region's space as `tune` does; a value no lane offers is one line before any job."""
+    from arbiter.cli import main
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text("".join(f"[[region]]\nname = '{r.name}'\nM = {r.M}\nN = {r.N}\n"
+                            f"K = {r.K}\nepilogue = ['bias', 'relu']\n" for r in REGIONS[:2]))
+    argv = ["tune", str(spec), "--db", url, "--workers", "2", "--lanes", "fake_tiny"]
+    assert main([*argv, "--exclude", "block=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--exclude block=3: no lane swept offers" in err
+    assert Queue(url).jobs() == []
+    code = main([*argv, "--trials", "3", "--config", "block=2", "--exclude", "unroll=4",
+                 "--where", "unroll > 1 or fast", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["region"] for r in rows] == ["r0", "r1"]
+    assert all(r["config"] == {"block": 2, "fast": False, "unroll": 2} for r in rows)
+    with session_scope(url) as s:
+        configs = [json.loads(c) for c in s.scalars(select(CandidateModel.config))]
+    assert configs and all(c["block"] == 2 and c["unroll"] != 4 and (c["unroll"] > 1 or
+                                                                       c["fast"])
+                           for c in configs)
+
+
 def test_worker_mistakes_are_one_line(url, capsys):
     from arbiter.cli import main
 
