@@ -23,6 +23,7 @@ _ENV = {
     "cc": "ARBITER_CC",
     "worker_memory": "ARBITER_WORKER_MEMORY",
     "gfx11_emulation": "ARBITER_GFX11_EMULATION",
+    "triton_interpret": "ARBITER_TRITON_INTERPRET",
 }
 
 
@@ -36,6 +37,7 @@ class Settings:
     cc: str
     worker_memory: str  # "" (the default limit), "8G", "50%" (of this machine's), "0" (none)
     gfx11_emulation: bool  # GPU lanes run their gfx11 code paths on an NVIDIA GPU (slow)
+    triton_interpret: bool  # the triton lane runs in Triton's interpreter on the CPU (slow)
 
 
 def _default_cache_dir() -> Path:
@@ -55,8 +57,13 @@ def settings() -> Settings:
         extra_lanes=env["extra_lanes"] or "",
         cc=env["cc"] or "gcc",
         worker_memory=env["worker_memory"] or "",
-        gfx11_emulation=(env["gfx11_emulation"] or "0") not in ("0", "false", "no", "off"),
+        gfx11_emulation=_flag(env["gfx11_emulation"]),
+        triton_interpret=_flag(env["triton_interpret"]),
     )
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "0") not in ("0", "false", "no", "off")
 
 
 @contextlib.contextmanager

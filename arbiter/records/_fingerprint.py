@@ -85,7 +85,8 @@ def _version(dist: str) -> str | None:
 
 
 @lru_cache(maxsize=4)
-def _details(cc: str, cpus: int, gfx11_emulation: bool) -> Fingerprint:
+def _details(cc: str, cpus: int, gfx11_emulation: bool,
+             triton_interpret: bool) -> Fingerprint:
     from .. import __version__
 
     compilers = (cc, *COMPILERS)
@@ -108,6 +109,8 @@ def _details(cc: str, cpus: int, gfx11_emulation: bool) -> Fingerprint:
     }
     if gfx11_emulation:  # gfx11 code paths emulated on NVIDIA: slow, never mixed with real ones
         details["gfx11_emulation"] = True
+    if triton_interpret:  # the triton lane in Triton's interpreter on the CPU: correctness only
+        details["triton_interpret"] = True
     return Fingerprint(details)
 
 
@@ -119,4 +122,4 @@ def fingerprint(cpus: int | None = None) -> Fingerprint:
     `cpus`: that of a process of this machine allowed that many CPUs (a worker it starts)."""
     with _ONCE:
         s = settings()
-        return _details(s.cc, cpus or usable_cores(), s.gfx11_emulation)
+        return _details(s.cc, cpus or usable_cores(), s.gfx11_emulation, s.triton_interpret)
