@@ -7,6 +7,8 @@
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh dtypes  # bf16 storage, decode and GEMV (bench/dtypes.py)
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh gfx11   # the GPU tests on the lanes' gfx11 code paths,
 #                                                # emulated (ARBITER_GFX11_EMULATION=1; slow)
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh triton  # the triton lane: its tests on the GPU, then a
+#                                                # short tune beside the torch lanes
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +54,16 @@ for step in "$@"; do
       ARBITER_GFX11_EMULATION=1 timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rf \
         -m gpu tests/lanes >"$out/gfx11.txt" 2>&1
       echo "gfx11 (emulated): rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/gfx11.txt")" ;;
-    *) echo "unknown step $step (tests, tune, picks, workers, dtypes, gfx11)"; exit 2 ;;
+    triton)
+      python3 -c "import triton" 2>/dev/null || pip install -q "triton>=3.4"
+      timeout 400 python3 -m pytest -q -n 8 -p no:cacheprovider -rf tests/lanes/test_triton.py \
+        >"$out/triton_tests.txt" 2>&1
+      echo "triton tests: rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/triton_tests.txt")"
+      timeout 180 python3 -m arbiter tune examples/regions.toml --lanes triton,torch \
+        --db "sqlite:///$out/triton.db" --trials 8 --timeout 120 >"$out/triton_tune.txt" 2>&1
+      echo "triton tune: rc=$? in $((SECONDS - t0)) s"
+      python3 -m arbiter best examples/regions.toml --db "sqlite:///$out/triton.db" \
+        | tee "$out/best_triton.txt" ;;
+    *) echo "unknown step $step (tests, tune, picks, workers, dtypes, gfx11, triton)"; exit 2 ;;
   esac
 done
