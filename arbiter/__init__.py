@@ -22,55 +22,64 @@ from ._errors import (
     SpecError,
     StoreError,
 )
-from .lane import (
-    Artifact,
-    Availability,
-    Config,
-    KernelSource,
-    Lane,
-    Platform,
-    Rule,
-    Runner,
-    Space,
-    Status,
-    Tunable,
-    get_lane,
-    lane_names,
-    validate_inputs,
-)
-from .region import (
-    DEFAULT_BUDGET,
-    AttentionRegion,
-    Epilogue,
-    FusedRegion,
-    GatedRegion,
-    Pointwise,
-    Reduction,
-    Region,
-    RowwiseRegion,
-    Spec,
-    input_shapes,
-    load_spec,
-    output_shape,
-    parse_spec,
-)
 
 if TYPE_CHECKING:
     from .api import best, run, tune
     from .check import compare, random_inputs, reference
     from .cli.check import check
     from .cli.lanes import lane_table
+    from .lane import (
+        Artifact,
+        Availability,
+        Config,
+        KernelSource,
+        Lane,
+        Platform,
+        Rule,
+        Runner,
+        Space,
+        Status,
+        Tunable,
+        get_lane,
+        lane_names,
+        validate_inputs,
+    )
     from .measure import Measurement
+    from .region import (
+        DEFAULT_BUDGET,
+        AttentionRegion,
+        Epilogue,
+        FusedRegion,
+        GatedRegion,
+        Pointwise,
+        Reduction,
+        Region,
+        RowwiseRegion,
+        Spec,
+        input_shapes,
+        load_spec,
+        output_shape,
+        parse_spec,
+    )
 
 __version__ = "0.2.0"
 # The version of the keys of every row `--json` prints (its `schema` key): raised when a key
 # changes meaning or goes away, so a script can tell which form it reads.
 JSON_SCHEMA = 1
 
-# loaded on first use: the verbs bring the records (SQLAlchemy), the oracle and the worker
+# loaded on first use: the verbs bring the records (SQLAlchemy), the oracle and the worker;
+# the values numpy (and ml_dtypes). So `arbiter` the command reaches its own code, which ends
+# on Ctrl-C in one line, before anything slow is imported.
 _LAZY = {"best": "api", "run": "api", "tune": "api", "check": "cli.check",
          "lane_table": "cli.lanes", "compare": "check", "random_inputs": "check",
-         "reference": "check", "Measurement": "measure"}
+         "reference": "check", "Measurement": "measure",
+         **dict.fromkeys(("Artifact", "Availability", "Config", "KernelSource", "Lane",
+                          "Platform", "Rule", "Runner", "Space", "Status", "Tunable",
+                          "get_lane", "lane_names", "validate_inputs"), "lane"),
+         **dict.fromkeys(("DEFAULT_BUDGET", "AttentionRegion", "Epilogue", "FusedRegion",
+                          "GatedRegion", "Pointwise", "Reduction", "Region", "RowwiseRegion",
+                          "Spec", "input_shapes", "load_spec", "output_shape", "parse_spec"),
+                         "region")}
 
 
 def __getattr__(name: str) -> Any:

@@ -497,10 +497,16 @@ def run(region: Region, *, lane: str | None = None,
     if isinstance(built, Measurement):
         raise ArbiterError(f"lane {lane!r} could not build {region.label}: "
                            f"{built.status.value}: {built.log.strip().splitlines()[0]}")
-    runner = ln.runner(built, region)
-    try:
-        out = np.empty(output_shape(region), numpy_dtype(region.dtype))
-        runner.run(inputs, out)
-    finally:
-        runner.close()
+    out = np.empty(output_shape(region), numpy_dtype(region.dtype))
+    try:  # (in a sweep, the worker records what a lane raises here as launch_failed)
+        runner = ln.runner(built, region)
+        try:
+            runner.run(inputs, out)
+        finally:
+            runner.close()
+    except ArbiterError:
+        raise
+    except Exception as e:
+        raise LaneError(f"lane {lane!r} could not run {region.label}: {type(e).__name__}: "
+                        f"{e}") from e
     return out

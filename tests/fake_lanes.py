@@ -507,3 +507,18 @@ class SleepyWrong(Sleepy):
 hog, reserve, sleepy, sleepy_wrong = Hog(), Reserve(), Sleepy(), SleepyWrong()
 LANES.update({x.name: x for x in (hog, reserve, sleepy, sleepy_wrong)})
 _ATTRS += ("hog", "reserve", "sleepy", "sleepy_wrong")
+
+
+class Unloadable(FakeLane):
+    """Builds, then its runner cannot load what was built (a library with an undefined
+    symbol, a device gone): RuntimeError, as ctypes and GPU runtimes raise it."""
+
+    name = "fake_unloadable"
+
+    def runner(self, artifact, region):
+        raise RuntimeError("libfake.so: undefined symbol: fake_kernel")
+
+
+unloadable = Unloadable()
+LANES[unloadable.name] = unloadable
+_ATTRS += ("unloadable",)

@@ -56,7 +56,7 @@ def _end_on(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _databases(args: argparse.Namespace) -> list[str]:
+def _databases(args: argparse.Namespace | None) -> list[str]:
     """The database URLs a command was given (their credentials are never printed)."""
     from ..settings import settings
 
@@ -70,13 +70,29 @@ def _reader_left() -> int:
     return 141
 
 
+def _interrupted_while_importing(signum: int, frame: object) -> None:
+    # an exception raised inside an extension module's import comes out as its ImportError
+    # (numpy's, with pages of advice); nothing is open yet that needs closing
+    print("arbiter: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                signal.signal(sig, _end_on)
+    args = None
+    main_thread = threading.current_thread() is threading.main_thread()
     try:
+        if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted_while_importing)
+            try:
+                args = _parser().parse_args(argv)  # (the subcommands import numpy and more)
+            finally:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+        else:
+            args = _parser().parse_args(argv)
+        if main_thread:
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) is signal.SIG_DFL:
+                    signal.signal(sig, _end_on)
         return int(args._module.main(args) or 0)
     except ArbiterError as e:
         print(f"arbiter: error: {one_line(str(e), *_databases(args))}", file=sys.stderr)

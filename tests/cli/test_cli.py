@@ -262,3 +262,43 @@ def test_check_survives_a_crashing_lane(tmp_path):
     rows = {r["lane"]: r for r in json.loads(p.stdout)}
     assert rows["fake_segfault"]["status"] == "crashed"
     assert rows["numpy"]["status"] == "ok"
+
+
+def test_run_with_a_lane_whose_runner_cannot_load_is_one_line(tmp_path):
+    """A runner raising RuntimeError (a library that cannot load) was a traceback."""
+    import os
+
+    from tests import fake_lanes
+
+    env = {**os.environ, "ARBITER_EXTRA_LANES": fake_lanes.extra_lanes("fake_unloadable"),
+           "PYTHONPATH": fake_lanes.pythonpath(), "ARBITER_CACHE_DIR": str(tmp_path / "c")}
+    p = subprocess.run([sys.executable, "-m", "arbiter", "run", str(EXAMPLES), "mm_relu",
+                        "--lane", "fake_unloadable", "--inputs", str(tmp_path / "in.npz"),
+                        "--output", str(tmp_path / "out.npz")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert_one_line_error(p, "lane 'fake_unloadable' could not run mm_relu: RuntimeError: "
+                          "libfake.so: undefined symbol")
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130():
+    """SIGINT once numpy is being loaded (the slow part of starting up): no traceback."""
+    import signal
+    import time
+
+    from tests.procs import soon
+
+    def loading_numpy(pid: int) -> bool:
+        try:
+            return "numpy" in Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            return True
+
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, "-m", "arbiter", "lanes"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert soon(lambda p=p: loading_numpy(p.pid) or p.poll() is not None, within=30)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130 and err in ("", "arbiter: interrupted\n"), err
+        time.sleep(0.1)
