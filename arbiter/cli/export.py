@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 from ..settings import settings
@@ -61,22 +60,28 @@ def write_table(frame: Any, fmt: str, out: str | None) -> None:
     carries) to `out`, or to standard output."""
     import sys
 
+    from .._atomic import whole_file
     from .._errors import ArbiterError
     from ._table import json_text
 
     if fmt == "parquet" and out is None:
         raise ArbiterError("--format parquet writes a file: give --out FILE")
+    text = None if fmt != "json" else json_text(json.loads(frame.to_json(
+        orient="records", date_format="iso"))) + "\n"
     try:
-        if fmt == "parquet":
-            frame.to_parquet(out, index=False)
-        elif fmt == "csv":
-            frame.to_csv(out or sys.stdout, index=False)
-        else:
-            text = json_text(json.loads(frame.to_json(orient="records", date_format="iso")))
-            if out is None:
-                print(text)
+        if out is None:
+            if text is None:
+                frame.to_csv(sys.stdout, index=False)
             else:
-                Path(out).write_text(text + "\n")
+                sys.stdout.write(text)
+            return
+        with whole_file(out, "wb" if fmt == "parquet" else "w") as f:
+            if fmt == "parquet":
+                frame.to_parquet(f, index=False)
+            elif text is None:
+                frame.to_csv(f, index=False)
+            else:
+                f.write(text)
     except ImportError as e:
         raise ArbiterError(f"--format parquet needs pyarrow (pip install pyarrow): {e}") from e
     except OSError as e:

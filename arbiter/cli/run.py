@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import whole_file
 from .._errors import ArbiterError, InputError, SpecError
 from ..api import best, parse_config, run, spec_regions
 from ..check import random_inputs
@@ -146,19 +145,5 @@ def run_npz(spec: str | Path | Spec, region_name: str, *, lane: str | None,
 
 
 def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
-    """`np.savez` into a file beside `path`, moved over it once complete: a full disk or a
-    kill mid-write leaves the file that was there (or none), never a truncated one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            mask = os.umask(0)
-            os.umask(mask)
-            os.fchmod(f.fileno(), 0o666 & ~mask)  # (as np.savez would have made it)
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with whole_file(path) as f:
+        np.savez(f, **arrays)

@@ -7,15 +7,14 @@ can be copied or zipped as a whole and opened anywhere.
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
+from .._atomic import whole_file
 from .._errors import masked_url
 from . import _figures as figs
 from ._frames import best_per_lane, ceilings, open_records, summary, trials, winners
@@ -261,7 +260,8 @@ def write_report(
     written: dict[str, Path] = {}
     for stem, fig in rep.figures.items():
         path = out / f"{stem}.png"
-        _whole(path, partial(fig.savefig, dpi=dpi, format="png"))
+        with whole_file(path) as f:
+            fig.savefig(f, dpi=dpi, format="png")
         written[stem] = path
     table = winner_table(rep.summary)
     if fmt == "md":
@@ -285,16 +285,8 @@ def write_report(
         page, text = out / "report.md", "\n".join(parts)
     else:
         page, text = out / "report.html", html_page(rep, lambda stem: f"{stem}.png")
-    _whole(page, lambda tmp: tmp.write_text(text))
+    with whole_file(page, "w") as f:
+        f.write(text)
     written["page"] = page
     return written
 
-
-def _whole(path: Path, write: Callable[[Path], object]) -> None:
-    """`write(tmp)` beside `path`, then renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

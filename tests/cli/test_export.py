@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -69,3 +70,27 @@ def test_every_json_output_carries_its_schema(capsys):
     assert main(["lanes", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["schema"] == JSON_SCHEMA for r in rows)
+
+
+def test_an_out_file_that_cannot_be_finished_leaves_the_old_one_whole(known, tmp_path, capsys,
+                                                                      monkeypatch):
+    """`--out` is written beside its name and moved over it whole (a disk that fills midway
+    left a file cut short under the final name)."""
+    import contextlib
+    import errno
+
+    out = tmp_path / "w.csv"
+    out.write_text("an earlier export\n")
+
+    def full_disk(self, target, **_):  # writes a little, then the disk is full
+        with contextlib.ExitStack() as stack:
+            if isinstance(target, str):  # (a path: opened here, as pandas would)
+                target = stack.enter_context(open(target, "w"))
+            target.write("lane,la")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
+    assert main(["export", "--db", known, "--out", str(out)]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert out.read_text() == "an earlier export\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".w.csv")] == []

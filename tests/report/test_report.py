@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -460,3 +461,19 @@ def test_notebook_executes_on_a_real_tune(tuned: str, tmp_path: Path, monkeypatc
 def test_open_records_rejects_missing_database(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no database at"):
         report.open_records(f"sqlite:///{tmp_path / 'missing.db'}")
+
+
+def test_a_link_planted_beside_the_report_is_not_followed(known: str, tmp_path: Path) -> None:
+    """Each file is written under a random name made exclusively, then moved over its own:
+    a symlink planted at a predictable temporary name (`.report.html.<pid>.tmp`) made the
+    report write into the file it points to, and then took the report's name itself."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    for name in ["report.html", *(f"{stem}.png" for stem in report.FIGURES)]:
+        (out / f".{name}.{os.getpid()}.tmp").symlink_to(victim)
+    written = report.write_report(known, out)
+    assert victim.read_text() == "keep me\n"
+    assert all(p.is_file() and not p.is_symlink() for p in written.values())
+    assert len(list(out.glob(".*.part"))) == 0
