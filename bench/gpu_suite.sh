@@ -9,6 +9,12 @@
 #                                                # emulated (ARBITER_GFX11_EMULATION=1; slow)
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh triton  # the triton lane: its tests on the GPU, then a
 #                                                # short tune beside the torch lanes
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh vs_inductor:PART:DTYPE  # issue 39's numbers, one part
+#       (bench/vs_inductor.py: tune, then each region re-timed against torch.compile and eager);
+#       PART: one of its PARTS (two regions each, estimated 4-8 min: rows-a, rows-b, mm-a, mm-b,
+#       mm-c, attn-d64, attn-d128), a group or region names; DTYPE: f32 or bf16. The part's JSON
+#       is written after every region, so a part cut short keeps what it finished.
+#   OUT=/tmp/gpu bash bench/gpu_suite.sh vs_inductor  # one table from the parts' JSON in $OUT
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +70,17 @@ for step in "$@"; do
       echo "triton tune: rc=$? in $((SECONDS - t0)) s"
       python3 -m arbiter best examples/regions.toml --db "sqlite:///$out/triton.db" \
         | tee "$out/best_triton.txt" ;;
-    *) echo "unknown step $step (tests, tune, picks, workers, dtypes, gfx11, triton)"; exit 2 ;;
+    vs_inductor:*)
+      IFS=: read -r _ part dtype <<<"$step"
+      name=vs_inductor.${part//,/-}.${dtype:-f32}
+      rm -f "$out/$name.db"
+      timeout 540 python3 bench/vs_inductor.py --regions "$part" --dtypes "${dtype:-f32}" \
+        --db "$out/$name.db" --out "$out/$name.json" >"$out/$name.md" 2>"$out/$name.err"
+      echo "$step: rc=$? in $((SECONDS - t0)) s"; grep "^vs_inductor: " "$out/$name.err" ;;
+    vs_inductor)
+      python3 bench/vs_inductor.py --merge "$out"/vs_inductor.*.json \
+        --out "$out/vs_inductor.json" | tee "$out/vs_inductor.md" ;;
+    *) echo "unknown step $step (tests, tune, picks, workers, dtypes, gfx11, triton,"
+       echo "vs_inductor:PART:DTYPE, vs_inductor)"; exit 2 ;;
   esac
 done

@@ -1,0 +1,79 @@
+"""bench/vs_inductor.py: the issue-39 benchmark's regions and parts (no torch needed), and its
+--quick path end to end on the CPU where torch is installed (CI has no torch: skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "vs_inductor.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("vs_inductor", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vs_inductor"] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_regions_are_the_issues_and_the_parts_cover_them_once():
+    vs = _module()
+    regions = vs.pick_regions(None, ["f32", "bf16"], quick=False)
+    assert len(regions) == 28
+    assert {r.dtype for r in regions} == {"f32", "bf16"}
+    shapes = {r.describe().split(":")[0] for r in regions}
+    assert {"row16384x4096+rmsnorm", "mm1024x1024x1024+bias+gelu", "mm4096x4096x4096+bias+gelu",
+            "mm8192x8192x1024+bias+gelu", "mm4096x4096x1024+bias+layer_norm",
+            "attn4x16x4096x4096x64+causal", "attn4x16x4096x4096x128"} <= shapes
+    in_parts = [n for part in vs.PARTS.values() for n in part.split(",")]
+    assert sorted(in_parts) == sorted(r.name.removesuffix("_f32") for r in regions
+                                      if r.dtype == "f32")
+    assert [r.name for r in vs.pick_regions("attn-d64", ["bf16"], quick=False)] == [
+        "attn_d64_bf16", "attn_d64_causal_bf16"]
+    with pytest.raises(SystemExit, match="unknown region or group"):
+        vs.pick_regions("nope", ["f32"], quick=False)
+
+
+def test_inputs_rotate_past_the_cache():
+    vs = _module()
+    small, big = vs.pick_regions("mm1024x1024x1024_bias_gelu,row_rmsnorm", ["f32"], False)
+    l2 = 50 << 20
+    n = vs.input_sets(small, l2)  # 8 MiB a set: the sets after a round's four exceed the L2
+    assert (n - vs.ROUND_CALLS - 1) * 8 * 2**20 > 1.5 * l2
+    assert vs.input_sets(big, l2) == 2  # 256 MiB a set
+
+
+@pytest.mark.slow
+def test_quick_run_on_the_cpu(tmp_path):
+    pytest.importorskip("torch", reason="torch is an optional extra (CI has none)")
+    if shutil.which("g++") is None:
+        pytest.skip("Inductor's C++ backend needs g++")
+    out = tmp_path / "vs.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--device", "cpu", "--regions",
+         "row_rmsnorm", "--dtypes", "f32", "--db", str(tmp_path / "vs.db"), "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    (region,) = results["regions"]
+    assert region["region"] == "row_rmsnorm_f32"
+    assert region["timing_methods"] == ["monotonic_ns"]
+    for role in ("winner", "inductor", "eager"):
+        c = region["contenders"][role]
+        assert c["latency_ms"] > 0 and c["rel_error"] < region["budget"], (role, c)
+    assert region["inductor_compile_s"] > 0 and region["tune_s"] > 0
+    assert region["never_slower"] in (True, False)
+    assert results["summary"]["regions"] == 1
+    assert "| row_rmsnorm_f32 |" in done.stdout and "CPU timing" in done.stdout
+    # the parts' JSON files become one table
+    merged = subprocess.run([sys.executable, str(SCRIPT), "--merge", str(out), str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout.count("| row_rmsnorm_f32 |") == 2
