@@ -24,7 +24,14 @@ from .lane import (
     refusal,
     validate_inputs,
 )
-from .measure import Measurement, Timing, Worker, build_candidate, checked_timeout
+from .measure import (
+    Measurement,
+    Timing,
+    Worker,
+    build_candidate,
+    checked_timeout,
+    memory_limit,
+)
 from .region import Region, Spec, is_real, load_spec, numpy_dtype, output_shape
 from .settings import settings
 
@@ -218,7 +225,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
         region_lanes = [ln for ln in chosen if refusal(ln, region) is None]
         region_id, env_id, lane_ids = records.ids(region, fp, region_lanes)
         p = plan(region, region_lanes, records.results(region_id, env_id), how.trials, restrict,
-                 how.timeout)
+                 how.timeout, memory_limit(region))
         work.append((region, region_id, env_id, lane_ids, p))
     rows = []
     shown = Progress([p.needed for *_, p in work], progress)
@@ -231,7 +238,7 @@ def sweep_regions(url: str, todo: Sequence[Region], chosen: Sequence[Lane], how:
             with lease.kept():
                 # what another holder measured meanwhile counts
                 p = plan(region, list(p.lanes.values()), records.results(region_id, env_id),
-                         how.trials, restrict, how.timeout)
+                         how.trials, restrict, how.timeout, memory_limit(region))
                 shown.region(region.label)
                 if not p.lanes:
                     row = empty_row(region, b, "no applicable lane")

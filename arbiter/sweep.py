@@ -17,7 +17,7 @@ from typing import Any
 from .check import fresh_seeds
 from .choose import Choice, decide, finalists
 from .lane import Artifact, Lane, Status, usable_cores
-from .measure import BUSY, Measurement, Timing, Worker, build_all, with_cause
+from .measure import BUSY, Measurement, Timing, Worker, build_all, memory_limit, with_cause
 from .records import FINAL, Records, Result
 from .region import Region
 from .search import Plan, Restriction, Search
@@ -70,8 +70,10 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
     seeds = fresh_seeds(2)  # fresh inputs for every sweep, shared by its candidates
     search = Search(p, opts.sampler, opts.seed, budget)
 
+    memory = memory_limit(region)  # (what the worker allows a candidate of this region)
+
     def record(lane: str, config: Any, m: Measurement, kind: str = "sweep") -> Result:
-        m = with_cause(m, worker.timeout)
+        m = with_cause(m, worker.timeout, memory)
         r = records.record(region_id, env_id, lane_ids[lane], config, m, budget, kind)
         busy.note(m)
         return r
@@ -97,7 +99,7 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
     if (out.new or opts.refinal or opts.restrict or not declared
             or declared[0]["band"] != opts.timing.band
             or _finalist_failed_by_environment(p, records, region_id, env_id, budget,
-                                               worker.timeout)):
+                                               worker.timeout, memory)):
         out.choice = _finals(region, p, records, worker, seeds, budget, opts.timing, record)
         if out.choice is not None:
             records.save_winner(region_id, env_id, budget,
@@ -106,10 +108,11 @@ def sweep_region(region: Region, p: Plan, records: Records, worker: Worker, *, r
 
 
 def _finalist_failed_by_environment(p: Plan, records: Records, region_id: int, env_id: int,
-                                    budget: float, timeout: float) -> bool:
+                                    budget: float, timeout: float,
+                                    memory: int | None) -> bool:
     """Did a finalist's latest re-timing fail for the environment's reasons (`retried`)?"""
     top = {r.candidate_id for r in finalists(list(p.measured.values()), budget)}
-    return any(r.candidate_id in top and r.retried(timeout)
+    return any(r.candidate_id in top and r.retried(timeout, memory)
                for r in records.results(region_id, env_id, FINAL))
 
 

@@ -450,7 +450,7 @@ _ATTRS += ("clobber", "clobber_timed")
 
 class Hog(FakeLane):
     """The right output, after taking $FAKE_HOG_BYTES (default 1 GiB) of memory, 64 MiB at a
-    time, and holding it for 30 s."""
+    time, and holding it for $FAKE_HOG_SECONDS (default 30 s)."""
 
     name = "fake_hog"
 
@@ -459,7 +459,7 @@ class Hog(FakeLane):
         for _ in range(int(os.environ.get("FAKE_HOG_BYTES", 1 << 30)) // step):
             held.append(np.ones(step, np.uint8))
             time.sleep(0.01)
-        time.sleep(30)
+        time.sleep(float(os.environ.get("FAKE_HOG_SECONDS", 30)))
         super().fill(region, a, out, config)
 
 

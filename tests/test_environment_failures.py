@@ -67,6 +67,32 @@ def test_a_timeout_under_a_too_small_timeout_is_retried_when_more_time_is_allowe
     assert tune(env, tmp_path, "--lanes", "fake_sleepy", "--timeout", "0.5")["new_trials"] == 0
 
 
+def memory_limits(tmp_path, lane: str) -> list[tuple[str, int | None]]:
+    """(status, memory limit in bytes) of each sweep measurement of `lane`'s candidates."""
+    with sqlite3.connect(tmp_path / "arbiter.db") as con:
+        return con.execute(
+            "select m.status, m.memory_limit from measurements m join candidates c on "
+            "c.id = m.candidate_id join lanes l on l.id = c.lane_id where l.name = ? and "
+            "m.kind = 'sweep' order by m.id", (lane,)).fetchall()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux's /proc")
+def test_out_of_memory_under_a_small_limit_is_retried_when_the_limit_grows(env, tmp_path):
+    env = dict(env, FAKE_HOG_BYTES=str(512 << 20), FAKE_HOG_SECONDS="0.5")
+    small, large = dict(env, ARBITER_WORKER_MEMORY="256M"), dict(env, ARBITER_WORKER_MEMORY="2G")
+    row = tune(small, tmp_path, "--lanes", "fake_hog")
+    assert row["lane"] is None and row["statuses"] == {"out_of_memory": 1}
+    assert memory_limits(tmp_path, "fake_hog") == [("out_of_memory", 256 << 20)]
+    # the same limit again: the verdict stands, nothing is measured twice
+    assert tune(small, tmp_path, "--lanes", "fake_hog")["new_trials"] == 0
+    row = tune(large, tmp_path, "--lanes", "fake_hog")
+    assert row["lane"] == "fake_hog" and row["new_trials"] == 1
+    assert memory_limits(tmp_path, "fake_hog") == [("out_of_memory", 256 << 20),
+                                                   ("ok", 2 << 30)]
+    # a smaller limit later does not undo what a larger one measured
+    assert tune(small, tmp_path, "--lanes", "fake_hog")["new_trials"] == 0
+
+
 def test_a_build_on_a_full_disk_is_retried_and_a_broken_one_is_not(env, tmp_path):
     full = tmp_path / "disk-full"
     full.touch()
@@ -167,13 +193,15 @@ def test_what_the_environment_did_is_told_from_what_the_candidate_did(status, lo
 def test_older_records_get_their_causes_from_their_logs(tmp_path):
     from sqlalchemy import text
 
-    from arbiter.records import session_scope, upgrade
+    from arbiter.records import Records, session_scope, upgrade
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     upgrade(url, "0006")
     rows = [("timeout", "no result after 0.5 s (+4 s for a busy machine); worker killed"),
             ("crashed", "worker killed by SIGKILL\n"), ("crashed", "worker killed by SIGSEGV"),
-            ("compile_failed", "error writing: No space left on device"), ("ok", "")]
+            ("compile_failed", "error writing: No space left on device"), ("ok", ""),
+            ("out_of_memory", "the worker held 0.51 GiB, over its limit of 0.38 GiB "
+             "(ARBITER_WORKER_MEMORY); worker killed\n")]
     with session_scope(url) as s:
         s.execute(text("insert into regions (id, key, name, kind, canonical, created_at) "
                        "values (1, 'k', 'r', 'fused', '{}', '2026-01-01')"))
@@ -193,7 +221,14 @@ def test_older_records_get_their_causes_from_their_logs(tmp_path):
     with sqlite3.connect(tmp_path / "old.db") as con:
         got = con.execute("select status, cause, timeout from measurements order by id").fetchall()
     assert got == [("timeout", None, 0.5), ("crashed", "SIGKILL", None), ("crashed", None, None),
-                   ("compile_failed", "ENOSPC", None), ("ok", None, None)]
+                   ("compile_failed", "ENOSPC", None), ("ok", None, None),
+                   ("out_of_memory", None, None)]
+    # the limit an out_of_memory ran under, as the most its rounded words can mean: the same
+    # limit (384 MiB, "0.38 GiB") is not more, 1 GiB or none is
+    [oom] = [r for r in Records(url).results(1, 1) if r.status is Status.OUT_OF_MEMORY]
+    assert oom.memory_limit == int(0.385 * (1 << 30))
+    assert not oom.retried(60, 384 << 20)
+    assert oom.retried(60, 1 << 30) and oom.retried(60, None)
 
 
 def test_a_tune_killed_mid_sweep_is_not_waited_for_by_the_next(env, tmp_path):

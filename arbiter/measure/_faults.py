@@ -6,7 +6,8 @@ a hang); it is wrong for what was done to it: a compiler that found the cache di
 (ENOSPC), a worker killed by someone else (SIGKILL, SIGTERM), a timeout too small for it.
 Those are recorded with their `cause` (the errno or the signal) or with the timeout they ran
 under, and a later sweep measures them again: a cause is retried on every later run (the disk
-may have been freed, no one may kill it then), a timeout when the run allows more time.
+may have been freed, no one may kill it then), a timeout when the run allows more time, an
+`out_of_memory` when the worker may hold more (`ARBITER_WORKER_MEMORY`).
 
 A compiler tells of a full disk only in its output, so the cause is read from the log, in the
 words the C library (strerror) and the worker use.
@@ -55,6 +56,9 @@ def environment_cause(status: Status, log: str) -> str | None:
     return next((name for words, name in _WORDS if words in log), None)
 
 
-def with_cause(m: Measurement, timeout: float | None) -> Measurement:
-    """`m` with the timeout it ran under and, when the environment failed it, the cause."""
-    return dataclasses.replace(m, timeout=timeout, cause=environment_cause(m.status, m.log))
+def with_cause(m: Measurement, timeout: float | None,
+               memory_limit: int | None = None) -> Measurement:
+    """`m` with the limits it ran under (seconds, bytes) and, when the environment failed
+    it, the cause."""
+    return dataclasses.replace(m, timeout=timeout, memory_limit=memory_limit,
+                               cause=environment_cause(m.status, m.log))

@@ -29,6 +29,7 @@ class Measurement:
     resources: dict | None = field(default=None, compare=False)  # Artifact.resources
     timeout: float | None = None  # the seconds it was allowed (`--timeout`)
     cause: str | None = None  # the environment's part in its failure (`_faults`)
+    memory_limit: int | None = None  # bytes the worker could hold (None: no limit)
 
     @cached_property
     def estimate(self) -> Estimate | None:

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -37,7 +38,7 @@ __all__ = ["FINAL", "SCHEMA_REVISION", "SWEEP", "VERIFY", "VERSION_TABLE", "Base
            "MeasurementModel", "RegionModel", "WinnerModel", "now"]
 
 # The Alembic head this code reads and writes; a test keeps it equal to db/versions' head.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 VERSION_TABLE = "arbiter_alembic_version"
 
 # measurements.kind
@@ -173,6 +174,9 @@ class MeasurementModel(Base):
     # seconds the candidate was allowed: either makes a later sweep measure it again
     cause: Mapped[str | None] = mapped_column(String(32), nullable=True)
     timeout: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # bytes the worker could hold (ARBITER_WORKER_MEMORY); None: no limit. An out_of_memory
+    # is measured again by a sweep that allows more
+    memory_limit: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     log: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=now)
 

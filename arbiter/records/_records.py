@@ -62,13 +62,18 @@ class Result:
     environment_id: int = 0
     cause: str | None = None  # the environment's part in its failure (measure._faults)
     timeout: float | None = None  # the seconds it was allowed
+    memory_limit: int | None = None  # the bytes its worker could hold (None: no limit)
 
-    def retried(self, timeout: float) -> bool:
-        """Did it fail for the environment's reasons, which a run with `timeout` seconds a
-        candidate may no longer meet (a full disk, a kill by someone else, a shorter
-        timeout)? Then a sweep measures it again."""
+    def retried(self, timeout: float, memory_limit: int | None = None) -> bool:
+        """Did it fail for the environment's reasons, which a run with `timeout` seconds and
+        `memory_limit` bytes (None: no limit) a candidate may no longer meet (a full disk, a
+        kill by someone else, a shorter timeout, a smaller memory limit)? Then a sweep
+        measures it again."""
         if self.cause is not None:
             return True
+        if self.status is Status.OUT_OF_MEMORY:
+            return (self.memory_limit is None or memory_limit is None
+                    or self.memory_limit < memory_limit)
         return (self.status is Status.TIMEOUT and self.timeout is not None
                 and self.timeout < timeout)
 
@@ -83,7 +88,7 @@ def _result(c: CandidateModel, lane: str, m: MeasurementModel) -> Result:
     return Result(c.id, lane, Config.of(c.config_dict()), Status(m.status), m.rel_error,
                   m.max_abs, m.latency, m.latency_low, m.latency_high, m.spread,
                   bool(m.unstable), m.load, m.budget, m.timing_method, m.log, m.created_at,
-                  c.environment_id, m.cause, m.timeout)
+                  c.environment_id, m.cause, m.timeout, m.memory_limit)
 
 
 class Records:
@@ -185,7 +190,7 @@ class Records:
                     unstable=m.unstable, load=m.load, samples=json.dumps(list(m.samples)),
                     timing_method=m.timing_method, compile_seconds=m.compile_seconds,
                     log=m.log, resources=None if m.resources is None else json.dumps(m.resources),
-                    cause=m.cause, timeout=m.timeout)
+                    cause=m.cause, timeout=m.timeout, memory_limit=m.memory_limit)
                 s.add(row)
                 s.flush()
                 lane = s.get(LaneModel, lane_id)

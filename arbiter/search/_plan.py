@@ -44,17 +44,19 @@ class Plan:
 
 
 def plan(region: Any, lanes: list[Lane], results: list[Result], trials: int,
-         restrict: Restriction = NOTHING, timeout: float | None = None) -> Plan:
+         restrict: Restriction = NOTHING, timeout: float | None = None,
+         memory_limit: int | None = None) -> Plan:
     """`restrict`: what the user fixed, excluded and required; a result outside it neither
     counts against `trials` nor is a finalist (one the rules refused stays known). With the
-    `timeout` of a sweep, a result that failed for the environment's reasons (`retried`) is
-    not counted but measured again."""
+    `timeout` (and `memory_limit`) of a sweep, a result that failed for the environment's
+    reasons (`retried`) is not counted but measured again."""
     chosen = {ln.name: ln for ln in lanes}
     spaces = {n: restrict.narrow(n, ln.space(region)) for n, ln in chosen.items()}
     measured = {(r.lane, r.config.key): r for r in results if r.lane in chosen and (
         r.status is Status.INVALID or not restrict
         or spaces[r.lane].violation(r.config) is None)}
-    retry = [] if timeout is None else [r for r in measured.values() if r.retried(timeout)]
+    retry = [] if timeout is None else [r for r in measured.values()
+                                        if r.retried(timeout, memory_limit)]
     for r in retry:
         del measured[(r.lane, r.config.key)]
     p = Plan(chosen, spaces, trials, measured, retry=retry)
