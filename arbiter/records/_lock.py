@@ -7,7 +7,8 @@ from its records.
 
 The lock belongs to the file, not to a name of it: an open-file-description lock (Linux
 `F_OFD_SETLK`; `flock` elsewhere) on one byte of the database file itself, past the bytes
-SQLite locks, so a symlink, a hard link or another mount of the same file meets it, and no
+SQLite locks, so a symlink or another mount of the same file meets it (a file with several
+hard links is refused before: `one_name`), and no
 file is made beside the database (none whose name another user could point elsewhere).
 The descriptor it is taken on stays open for the life of the process: closing any descriptor
 of a file drops every POSIX lock the process holds on it, SQLite's own among them. Other
@@ -24,7 +25,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from ._session import sqlite_path
+from ._session import one_name, sqlite_path
 
 try:
     import fcntl
@@ -48,6 +49,7 @@ _GUARD = threading.Lock()
 @contextlib.contextmanager
 def one_sweep(url: str) -> Iterator[None]:
     path = sqlite_path(url)
+    one_name(path, url)  # (refused before it waits for a sweep through another name)
     held = None if path is None or fcntl is None else _acquire(path, url)
     try:
         yield

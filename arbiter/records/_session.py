@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -32,7 +33,7 @@ from . import _jobs  # noqa: F401  (the work queue's tables, on Base.metadata)
 from ._models import SCHEMA_REVISION, VERSION_TABLE, Base
 
 __all__ = ["BUSY_TIMEOUT_MS", "alembic_config", "close_engines", "engine_for",
-           "once_more_on_conflict", "read_only", "require_current", "revision_of",
+           "once_more_on_conflict", "one_name", "read_only", "require_current", "revision_of",
            "session_scope", "sqlite_path", "upgrade"]
 
 T = TypeVar("T")
@@ -99,6 +100,25 @@ def sqlite_path(url: str) -> str | None:
     return u.database
 
 
+def one_name(path: str | None, url: str) -> None:
+    """Refuse a SQLite file reached by more than one hard link. SQLite keeps its write-ahead
+    log beside the name a database is opened by (it resolves symlinks and `..`, but cannot
+    know a file's other names): the last commits of a process killed while writing through
+    one name are in that name's log, which a process opening another name neither sees nor
+    replays, and which, replayed later through the first name, undoes what was written
+    through the second."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except (OSError, ValueError):
+        return
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise StoreError(f"database {url}: the file has {st.st_nlink} names (hard links), and "
+                         "SQLite keeps the last commits in a log named after the one it was "
+                         "opened by, so records written through one name can be lost through "
+                         "another: keep one name (remove the other links; a symlink is fine), "
+                         "or copy the file")
+
+
 def _identity(path: str | None) -> tuple[int, int] | None:
     try:
         st = os.stat(path) if path is not None else None
@@ -157,6 +177,7 @@ def engine_for(url: str) -> Engine:
             return known[1]
         if known is not None:
             known[1].dispose()
+        one_name(path, url)
         engine, reads_only = _new_engine(url)
         _ENGINES[url] = (ident, engine, reads_only)
         while len(_ENGINES) > KEPT:
