@@ -4,7 +4,9 @@ on a GPU.
 
 The interpreter is slow (numpy per program and op): the default run checks one region of each
 kind and storage dtype there; the whole suite is `slow`. Compiles take seconds each: the
-default run compiles each kind once per target, sampled configs are `slow`.
+default run compiles each kind's default once per target (and every example region's rocm
+default for gfx1151: it must fit), sampled configs are `slow`: a sampled config the rocm space
+admits that does not fit gfx1151 fails.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.lane import Config, Platform, get_lane
-from arbiter.region import AttentionRegion, FusedRegion, GatedRegion, RowwiseRegion
+from arbiter.region import AttentionRegion, FusedRegion, GatedRegion, RowwiseRegion, load_spec
 from arbiter.region import Epilogue as E
 from arbiter.region import Reduction as R
 from arbiter.testing import LaneConformance
@@ -54,7 +56,7 @@ def _compile(region, config: Config, arch: str) -> dict:
     return compile_candidate(region, config, arch)
 
 
-def _check_binary(region, got: dict, arch: str, strict: bool) -> None:
+def _check_binary(region, got: dict, arch: str) -> None:
     for k in got["kernels"]:
         assert ("cubin" if arch.startswith("sm_") else "hsaco") in k["binaries"], k
     if arch == "gfx1151":
@@ -62,10 +64,8 @@ def _check_binary(region, got: dict, arch: str, strict: bool) -> None:
         if region.dtype != "f32":
             want = f"v_wmma_f32_16x16x16_{region.dtype}"
             assert all(want in k["wmma"] for k in matmuls), got["kernels"]
-        res = got["resources"]
-        assert res["lds"] <= 64 * 1024
-        if strict:  # the default config: no scratch, no spills (the gfx1151 fit check)
-            assert not got["problems"], got["problems"]
+        # the fit check: no scratch, no spills, LDS and threads within gfx1151's limits
+        assert not got["problems"], (region.describe(), got["problems"])
 
 
 def _space(region, arch: str):
@@ -74,13 +74,35 @@ def _space(region, arch: str):
     return space(region, TARGETS[arch])
 
 
+EXAMPLES = {f"{spec.stem}:{r.name}": r for spec in sorted((ROOT / "examples").glob("*.toml"))
+            for r in load_spec(spec).regions}
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+@pytest.mark.parametrize("kind", [*KINDS, *F32, *EXAMPLES])
+def test_default_config_is_admitted(kind: str, arch: str) -> None:
+    """A space's default keeps its own rules (on rocm: gfx1151's LDS and registers)."""
+    space = _space({**KINDS, **F32, **EXAMPLES}[kind], arch)
+    assert space.violation(space.default) is None, space.default
+
+
 @needs_triton
 @pytest.mark.parametrize("arch", TARGETS)
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, *F32])
 def test_default_config_compiles_ahead_of_time(kind: str, arch: str) -> None:
-    region = KINDS[kind]
+    region = {**KINDS, **F32}[kind]
     got = _compile(region, _space(region, arch).default, arch)
-    _check_binary(region, got, arch, strict=True)
+    _check_binary(region, got, arch)
+
+
+@needs_triton
+@pytest.mark.parametrize("kind", EXAMPLES)
+def test_example_default_fits_gfx1151(kind: str) -> None:
+    """Every example region's rocm default builds for gfx1151 with no scratch, no spills,
+    its LDS and threads within the limits."""
+    region = EXAMPLES[kind]
+    got = _compile(region, _space(region, "gfx1151").default, "gfx1151")
+    _check_binary(region, got, "gfx1151")
 
 
 @needs_triton
@@ -88,15 +110,13 @@ def test_default_config_compiles_ahead_of_time(kind: str, arch: str) -> None:
 @pytest.mark.parametrize("arch", TARGETS)
 @pytest.mark.parametrize("kind", [*KINDS, *F32])
 def test_sampled_configs_compile_ahead_of_time(kind: str, arch: str) -> None:
-    """Two configs of the space (seeded), and the default for the f32 regions: they compile
-    and use WMMA where they should; spills in a sampled config are data (the fit check
-    reports them), not a failure."""
+    """Two configs of the space (seeded): they compile and use WMMA where they should, and on
+    gfx1151 fit (the rocm space's rules keep out what spills or exceeds the LDS)."""
     region = {**KINDS, **F32}[kind]
     space = _space(region, arch)
     configs = list(space.configs())
-    picks = random.Random(f"{kind} {arch}").sample(configs, min(2, len(configs)))
-    for config in [space.default, *picks] if kind in F32 else picks:
-        _check_binary(region, _compile(region, config, arch), arch, strict=False)
+    for config in random.Random(f"{kind} {arch}").sample(configs, min(2, len(configs))):
+        _check_binary(region, _compile(region, config, arch), arch)
 
 
 def test_reduction_that_cannot_hold_the_row_is_declined_with_a_reason() -> None:
