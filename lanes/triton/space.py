@@ -45,6 +45,9 @@ ROW_BUDGET = {Platform.CUDA: 64, Platform.ROCM: 32, Platform.CPU: 64}  # rowwise
 # query and in-flight key tile bytes, a matmul's one-stage operand tile bytes
 ROCM_ATTENTION_BYTES = 64
 ROCM_OPERAND_BYTES = 64
+# ... and 48 for float32 storage under a waves_per_eu hint, which lets LLVM take the whole
+# register file: at 64 such builds reached 239-256 VGPRs, and 3 of them spilled
+ROCM_HINTED_F32_BYTES = 48
 FUSED_ROW_MAX = 1024  # widest row a fused reduction holds in one tile
 _BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
@@ -125,6 +128,12 @@ def _matmul_space(region: FusedRegion | GatedRegion, platform: Platform, fuse: b
             "(BLOCK_K x (BLOCK_M + BLOCK_N) x storage bytes over 32 x num_warps; gfx1151: "
             "256 VGPRs per lane, more spills)",
             lambda c: operand_bytes(c) <= ROCM_OPERAND_BYTES))
+        if region.dtype == "f32":
+            rules.append(Rule(
+                f"float32 storage with a waves_per_eu hint: at most {ROCM_HINTED_F32_BYTES} "
+                "bytes per lane of one stage's operand tiles (gfx1151: the hint lets the "
+                "compiler fill all 256 VGPRs per lane; at 64 it spilled)",
+                lambda c: not c["waves_per_eu"] or operand_bytes(c) <= ROCM_HINTED_F32_BYTES))
     if reduction:
         rules.append(Rule(f"fuse_reduction needs the row ({region.N}) in one BLOCK_N tile",
                           lambda c: not c["fuse_reduction"] or c["BLOCK_N"] >= region.N))
