@@ -20,4 +20,4 @@ if [ ${#need[@]} -gt 0 ]; then
   "${SUDO[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q "${need[@]}"
 fi
-python3 -m pip install -q -e ".[test,dev]"
+python3 -m pip install -q -e ".[test,dev,aot]"

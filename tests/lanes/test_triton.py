@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton not installed "
-                                  "(pip install triton, or arbiter-tune[triton])")
+                                  "(pip install -e '.[aot]', as scripts/setup.sh does)")
 
 KINDS = {
     "fused_f16": FusedRegion(33, 65, 31, epilogue=(E.BIAS, E.GELU), residual=True, dtype="f16"),
