@@ -140,14 +140,17 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
          regions: Sequence[str] | None = None, timing: Timing | None = None,
          equivalence: float | None = None, refinal: bool = False, progress: bool = False,
          config: Sequence[str] = (), exclude: Sequence[str] = (), where: Sequence[str] = (),
-         on_trial: Callable[[str, str, Any], None] | None = None) -> list[dict[str, Any]]:
+         on_trial: Callable[[str, str, Any], None] | None = None,
+         on_region: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Search every region's lanes and configs, record everything, declare winners.
 
     `trials` is the number of distinct candidates per region to have measured on this machine
     when done (counting earlier runs), so a second run of a finished sweep measures nothing.
     `equivalence` is the practical-equivalence band of a tie (default 2%). `config`, `exclude`
     ("K=V" or "lane.K=V") and `where` (expressions over tunables, e.g. "threads <= 2") narrow
-    every lane's space. Returns one row per region (README: `arbiter tune --json`)."""
+    every lane's space. Returns one row per region (README: `arbiter tune --json`);
+    `on_region(row)` is called with each one as its region is declared, before the next
+    starts (to time regions, or act on a winner while the sweep goes on)."""
     from .records import holder_id, one_sweep
 
     how = tune_settings(trials=trials, budget=budget, timeout=timeout, seed=seed,
@@ -156,9 +159,13 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     chosen = usable_lanes(lanes)
     todo = spec_regions(spec, regions)
     url = db or settings().db
+    def declared(_region: Region, row: dict[str, Any], _lease: Any) -> None:
+        if on_region is not None:
+            on_region(row)
+
     with one_sweep(url), Worker(how.timeout) as worker:
         return sweep_regions(url, todo, chosen, how, worker, holder=holder_id(),
-                             progress=progress, on_trial=on_trial)
+                             progress=progress, on_trial=on_trial, on_region=declared)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -499,3 +499,22 @@ def test_a_broken_plug_in_is_left_out_of_every_lane_and_named_it_is_one_line(env
     for name in ("broken", "notalane"):
         with pytest.raises(ArbiterError, match=f"lane '{name}'"):
             arbiter.tune(REGION, db=env, lanes=[name])
+
+
+def test_on_region_sees_each_row_as_its_region_is_declared(env):
+    # called between regions: the region just declared is best's answer, the next is not yet
+    # recorded (best answers it from its tuned neighbour)
+    regions = [FusedRegion(8 + i, 16, 8, name=f"r{i}", epilogue=("bias",)) for i in range(2)]
+    seen = []
+
+    def on_region(row):
+        now = arbiter.best(regions[len(seen)], db=env)
+        later = arbiter.best(regions[1], db=env) if not seen else None
+        seen.append((row, now, later))
+
+    rows = arbiter.tune(regions, db=env, trials=3, lanes=["fake_adversary"], timing=QUICK,
+                        on_region=on_region)
+    assert [row for row, _, _ in seen] == rows
+    assert [now["config"] for _, now, _ in seen] == [row["config"] for row in rows]
+    assert all(now["source"] == "winner" for _, now, _ in seen)
+    assert seen[0][2]["source"] == "nearest"
