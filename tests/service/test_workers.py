@@ -248,7 +248,11 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
         worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
                                    "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
                                   start_new_session=True)
-        time.sleep(2)
+        # the database goes away once the worker is in its loop (its banner is printed after
+        # it first reached the database), however long its start took on a busy machine
+        banner = worker.stderr.readline()
+        assert "worker" in banner and "lanes" in banner, banner + worker.stderr.read()
+        time.sleep(0.5)
         subprocess.run([*pg, "stop", folder], check=True, capture_output=True)
         time.sleep(3)
         subprocess.run([*pg, "start", folder, port], check=True, capture_output=True)
@@ -260,7 +264,8 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
             time.sleep(0.3)
     finally:
         if worker is not None:
-            os.killpg(worker.pid, signal.SIGTERM)
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGTERM)
             err = worker.communicate(timeout=30)[1]
             assert "the database:" in err and "trying again" in err
             assert "Traceback" not in err
