@@ -9,6 +9,7 @@ breaks). torch itself is imported on first use, never at module import: CI has n
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from arbiter.lane import (
     Epilogue,
     FusedRegion,
     GatedRegion,
+    Platform,
     Reduction,
     Region,
     input_shapes,
@@ -28,7 +30,8 @@ from arbiter.lane import (
     validate_output,
 )
 
-__all__ = ["TorchRunner", "compute", "set_tf32", "storage_dtype", "torch_module"]
+__all__ = ["TorchRunner", "compute", "gpu_build", "set_tf32", "storage_dtype", "torch_module",
+           "usable_torch"]
 
 Tensors = Mapping[str, Any]
 
@@ -39,6 +42,22 @@ def torch_module() -> Any:
     import torch
 
     return torch
+
+
+def usable_torch(extra: str) -> tuple[Any, str | None]:
+    """(torch, None), or (None, why not): not installed (naming the optional extra `extra`
+    that brings it) or failing to import. Whether it finds a GPU is the caller's question."""
+    if importlib.util.find_spec("torch") is None:
+        return None, f"torch not installed (optional extra: pip install arbiter-tune[{extra}])"
+    try:
+        return torch_module(), None
+    except Exception as e:  # a broken install is a reason, not a crash
+        return None, f"torch failed to import: {type(e).__name__}: {e}"
+
+
+def gpu_build(torch: Any) -> Platform:
+    """The GPU platform this torch is built for: ROCm for a HIP build, else CUDA."""
+    return Platform.ROCM if getattr(torch.version, "hip", None) else Platform.CUDA
 
 
 def set_tf32(allowed: bool) -> None:

@@ -37,7 +37,7 @@ from arbiter.lane import (
     Tunable,
 )
 
-from .._torch_region import torch_module
+from .._torch_region import gpu_build, usable_torch
 from .build import build
 
 if TYPE_CHECKING:
@@ -57,17 +57,12 @@ def _cxx() -> str:
 def _probe() -> tuple[str | None, Platform, str]:
     """(why not, when torch is missing or broken; platform; what it runs on, for the reason and
     the build key)."""
-    if importlib.util.find_spec("torch") is None:
-        return ("torch not installed (optional extra: pip install arbiter-tune[inductor])",
-                Platform.CPU, "")
-    try:
-        torch = torch_module()
-    except Exception as e:  # a broken install is a reason, not a crash
-        return f"torch failed to import: {type(e).__name__}: {e}", Platform.CPU, ""
+    torch, why = usable_torch("inductor")
+    if why is not None:
+        return why, Platform.CPU, ""
     if torch.cuda.is_available():
-        rocm = bool(getattr(torch.version, "hip", None))
         target = f"{torch.cuda.get_device_name(0)}, Triton {_triton_version()}"
-        return None, Platform.ROCM if rocm else Platform.CUDA, f"torch {torch.__version__} {target}"
+        return None, gpu_build(torch), f"torch {torch.__version__} {target}"
     return None, Platform.CPU, f"torch {torch.__version__} cpu"
 
 

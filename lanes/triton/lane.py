@@ -31,6 +31,7 @@ from arbiter.lane import (
     settings,
 )
 
+from .._torch_region import gpu_build, usable_torch
 from .build import build
 from .plan import BUFFER, plan
 from .space import space
@@ -55,18 +56,14 @@ def _probe() -> tuple[str | None, Platform, str, int]:
     if importlib.util.find_spec("triton") is None:
         return "triton not installed (optional extra: pip install arbiter-tune[triton])", \
             Platform.CPU, "", 0
-    if importlib.util.find_spec("torch") is None:
-        return "torch not installed (it holds the tensors; pip install arbiter-tune[triton])", \
-            Platform.CPU, "", 0
-    try:
-        import torch
-    except Exception as e:  # a broken install is a reason, not a crash
-        return f"torch failed to import: {type(e).__name__}: {e}", Platform.CPU, "", 0
+    torch, why = usable_torch("triton")  # (torch holds the tensors)
+    if why is not None:
+        return why, Platform.CPU, "", 0
     if not torch.cuda.is_available():
         return f"no GPU (torch {torch.__version__} sees none)", Platform.CPU, "", 0
     props = torch.cuda.get_device_properties(0)
     shared = int(getattr(props, "shared_memory_per_block_optin", 0))
-    if getattr(torch.version, "hip", None):
+    if gpu_build(torch) is Platform.ROCM:
         return None, Platform.ROCM, props.gcnArchName.split(":")[0], shared
     major, minor = torch.cuda.get_device_capability(0)
     return None, Platform.CUDA, f"sm_{major}{minor}", shared

@@ -9,7 +9,6 @@ pairs around each call (HIP builds of torch map them to hip events).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -28,20 +27,24 @@ from arbiter.lane import (
 )
 
 from .._gpu.detect import gpu_platform
-from .._torch_region import TorchRunner, compute, set_tf32, torch_module
+from .._torch_region import (
+    TorchRunner,
+    compute,
+    gpu_build,
+    set_tf32,
+    torch_module,
+    usable_torch,
+)
 
 __all__ = ["TorchLane", "lane"]
 
 
 @lru_cache(maxsize=1)
 def _probe() -> tuple[bool, str, Platform | None]:
-    if importlib.util.find_spec("torch") is None:
-        return False, "torch not installed (optional extra: pip install arbiter-tune[gpu])", None
-    try:
-        torch = torch_module()
-    except Exception as e:  # a broken install is a reason, not a crash
-        return False, f"torch failed to import: {type(e).__name__}: {e}", None
-    platform = Platform.ROCM if getattr(torch.version, "hip", None) else Platform.CUDA
+    torch, why = usable_torch("gpu")
+    if why is not None:
+        return False, why, None
+    platform = gpu_build(torch)
     if not torch.cuda.is_available():
         build = "ROCm" if platform is Platform.ROCM else (
             f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only")
