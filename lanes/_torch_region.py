@@ -10,6 +10,7 @@ breaks). torch itself is imported on first use, never at module import: CI has n
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,8 +31,8 @@ from arbiter.lane import (
     validate_output,
 )
 
-__all__ = ["TorchRunner", "compute", "gpu_build", "set_tf32", "storage_dtype", "torch_module",
-           "usable_torch"]
+__all__ = ["TorchRunner", "compute", "gpu_build", "region_of", "set_tf32", "storage_dtype",
+           "torch_module", "usable_torch"]
 
 Tensors = Mapping[str, Any]
 
@@ -42,6 +43,12 @@ def torch_module() -> Any:
     import torch
 
     return torch
+
+
+def region_of(text: str) -> dict:
+    """The region's canonical form, which the torch-based lanes' sources (`emit`) carry as
+    their last line for the build to read."""
+    return dict(json.loads(text.rstrip("\n").rsplit("\n", 1)[-1]))
 
 
 def usable_torch(extra: str) -> tuple[Any, str | None]:
@@ -133,7 +140,14 @@ def storage_dtype(dtype: str) -> Any:
 class TorchRunner:
     """Runs `call(tensors) -> tensor` for `region` on `device` ("cpu" or "cuda"; ROCm builds of
     torch name their GPU "cuda" too). Samples come from torch.cuda.Event pairs around each call
-    on a GPU (hip events under ROCm), from the host clock on the CPU."""
+    on a GPU (hip events under ROCm), from the host clock on the CPU.
+
+    A subclass whose first call compiles (torch.compile, Triton's JIT) sets `warm` False:
+    `time` then makes that call, untimed, before its samples when no `run` came first. Errors
+    are named after `name`."""
+
+    name = "torch"
+    warm = True
 
     def __init__(self, region: Region, call: Callable[[Tensors], Any], device: str) -> None:
         self.region = region
@@ -167,7 +181,8 @@ class TorchRunner:
             else:
                 np.copyto(out, y.numpy())
         except Exception as e:
-            raise RuntimeError(f"torch: {type(e).__name__}: {e}") from e
+            raise RuntimeError(f"{self.name}: {type(e).__name__}: {e}") from e
+        self.warm = True
 
     def time(
         self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
@@ -176,6 +191,9 @@ class TorchRunner:
             raise ValueError("need at least one input set and one repeat")
         sets = [self.place(s) for s in input_sets]
         try:
+            if not self.warm:  # the compile
+                self.call(sets[0])
+                self.warm = True
             if not self.gpu:
                 return time_host(lambda i: self.call(sets[i]), len(sets),
                                  warmup=warmup, repeats=repeats)
@@ -190,7 +208,7 @@ class TorchRunner:
             events[-1].synchronize()
             return [events[r].elapsed_time(events[r + 1]) * 1e-3 for r in range(repeats)]
         except Exception as e:
-            raise RuntimeError(f"torch: {type(e).__name__}: {e}") from e
+            raise RuntimeError(f"{self.name}: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
         pass

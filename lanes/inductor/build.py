@@ -30,6 +30,8 @@ from arbiter.lane import (
 )
 from arbiter.region import region_from_canonical  # (public; arbiter.lane could re-export it)
 
+from .._torch_region import region_of
+
 __all__ = ["build", "inductor_cache"]
 
 TIMEOUT = 900.0  # seconds: max-autotune benchmarks every GEMM choice on a GPU
@@ -63,11 +65,6 @@ def build(source: KernelSource, device: str, compiler: str, arch: str) -> Artifa
     except (OSError, ValueError, KeyError) as e:
         raise BuildError(f"{path}: not an inductor build record ({e})", log) from e
     return Artifact(source.lane, key, source, str(path), 0.0 if cached else seconds, cached, log)
-
-
-def region_of(text: str) -> dict:
-    """The region's canonical form: the source text's last line."""
-    return dict(json.loads(text.rstrip("\n").rsplit("\n", 1)[-1]))
 
 
 def main(argv: list[str]) -> int:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from arbiter.lane import Config, Region, input_shapes
 
@@ -66,25 +64,11 @@ def compiled(region: Region, config: Config, device: str, inductor_cache: str,
 
 
 class InductorRunner(TorchRunner):
-    """A `TorchRunner` whose first call compiles (from the build's caches): `time` makes that
-    call before its samples when no call came first, so no sample holds a compile."""
+    """A `TorchRunner` whose first call compiles (from the build's caches), so no sample holds
+    a compile."""
+
+    name = "inductor"
 
     def __init__(self, region: Region, config: Config, device: str, inductor_cache: str) -> None:
         super().__init__(region, compiled(region, config, device, inductor_cache), device)
         self.warm = False
-
-    def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
-        super().run(inputs, out)
-        self.warm = True
-
-    def time(
-        self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
-    ) -> list[float]:
-        if not self.warm and input_sets:
-            first = self.place(input_sets[0])
-            try:
-                self.call(first)
-            except Exception as e:
-                raise RuntimeError(f"inductor: {type(e).__name__}: {e}") from e
-            self.warm = True
-        return super().time(input_sets, warmup=warmup, repeats=repeats)

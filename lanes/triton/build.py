@@ -16,14 +16,11 @@ from pathlib import Path
 
 from arbiter.lane import Artifact, BuildError, KernelSource, build_key, cached_build, run_tool
 
+from .._torch_region import region_of
+
 __all__ = ["build"]
 
 TIMEOUT = 600.0  # seconds: a few kernels through Triton's MLIR and LLVM pipelines
-
-
-def region_of(text: str) -> dict:
-    """The region's canonical form: the source text's last line."""
-    return dict(json.loads(text.rstrip("\n").rsplit("\n", 1)[-1]))
 
 
 def build(source: KernelSource, arch: str | None, shared_limit: int, identity: str) -> Artifact:

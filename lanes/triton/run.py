@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from arbiter.lane import Config, Region, settings, validate_output
+from arbiter.lane import Config, Region, settings
 
 from .._torch_region import Tensors, TorchRunner, storage_dtype, torch_module
 from .plan import BUFFER, buffers, plan
@@ -39,8 +39,9 @@ def kernels_module(interpret: bool) -> Any:
 class TritonRunner(TorchRunner):
     """Launches the plan; the output (and the float32 rows of an unfused reduction) live on
     the device for the runner's life. `run` fills the output with NaN before launching, so an
-    element no kernel writes fails the check; the first call compiles (Triton's JIT), so
-    `time` makes one before its samples when none came first."""
+    element no kernel writes fails the check; the first call compiles (Triton's JIT)."""
+
+    name = "triton"
 
     def __init__(self, region: Region, config: Config, interpret: bool) -> None:
         kernels = kernels_module(interpret)
@@ -69,23 +70,5 @@ class TritonRunner(TorchRunner):
         return bufs["out"]
 
     def run(self, inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
-        validate_output(self.region, out)
-        dev = self.place(inputs)
         self._buffers()["out"].fill_(float("nan"))
-        try:
-            y = self._call(dev).cpu()
-        except Exception as e:
-            raise RuntimeError(f"triton: {type(e).__name__}: {e}") from e
-        self.warm = True
-        if self.region.dtype == "bf16":
-            np.copyto(out.view(np.int16), y.view(torch_module().int16).numpy())
-        else:
-            np.copyto(out, y.numpy())
-
-    def time(
-        self, input_sets: Sequence[Mapping[str, np.ndarray]], *, warmup: int, repeats: int
-    ) -> list[float]:
-        if not self.warm and input_sets:  # the compile: one call, its sample dropped
-            super().time(input_sets[:1], warmup=1, repeats=1)
-            self.warm = True
-        return super().time(input_sets, warmup=warmup, repeats=repeats)
+        super().run(inputs, out)
