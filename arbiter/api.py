@@ -159,6 +159,7 @@ def tune(spec: Any, *, db: str | None = None, trials: int = DEFAULT_TRIALS,
     chosen = usable_lanes(lanes)
     todo = spec_regions(spec, regions)
     url = db or settings().db
+
     def declared(_region: Region, row: dict[str, Any], _lease: Any) -> None:
         if on_region is not None:
             on_region(row)
