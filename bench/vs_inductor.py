@@ -289,19 +289,16 @@ def best_own(url: str, region: Region, budget: float) -> tuple[str, dict[str, An
 
 @contextlib.contextmanager
 def lane_side_effects() -> Iterator[None]:
-    """A lane runner loaded here may point Inductor at its own cache folder and one compile
-    thread (the inductor lane does, for its worker): put back this process's settings, so the
-    reference compiles after it stay cold and parallel."""
-    import torch._inductor.config as inductor_config
-
+    """A lane runner loaded here may point Inductor at its own cache folder (the inductor lane
+    does, for its worker): put back this process's, so the reference compiles after it stay
+    cold. (The one compile thread it asks for is read when Inductor's config is first
+    imported, which the first reference compile, made before any lane runner loads, did.)"""
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    threads = inductor_config.compile_threads
     try:
         yield
     finally:
         if cache is not None:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-        inductor_config.compile_threads = threads
 
 
 def lane_contender(role: str, lane_name: str, config: dict[str, Any],
