@@ -289,16 +289,21 @@ def best_own(url: str, region: Region, budget: float) -> tuple[str, dict[str, An
 
 @contextlib.contextmanager
 def lane_side_effects() -> Iterator[None]:
-    """A lane runner loaded here may point Inductor at its own cache folder (the inductor lane
-    does, for its worker): put back this process's, so the reference compiles after it stay
-    cold. (The one compile thread it asks for is read when Inductor's config is first
-    imported, which the first reference compile, made before any lane runner loads, did.)"""
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    """A lane runner loaded here may set Inductor's cache folder and one compile thread in
+    the environment (the inductor lane does, for its worker): put back this process's, so the
+    reference compiles after it stay cold and the tunes' build processes compile in parallel.
+    (This process's own thread count was read when Inductor's config was first imported, by
+    the first reference compile, before any lane runner loads.)"""
+    names = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
+    before = {n: os.environ.get(n) for n in names}
     try:
         yield
     finally:
-        if cache is not None:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        for n, value in before.items():
+            if value is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = value
 
 
 def lane_contender(role: str, lane_name: str, config: dict[str, Any],
