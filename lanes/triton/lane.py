@@ -49,6 +49,24 @@ def triton_version() -> str:
         return ""
 
 
+def _release(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def interpreter_fault() -> str | None:
+    """Triton's interpreter before 3.7 calls int() on one-element arrays, which numpy 2.4
+    refuses (triton-lang/triton#9171): every kernel with a loop over a scalar argument fails."""
+    ours, numpy_ = triton_version(), version("numpy")
+    if ours and _release(ours) < (3, 7) and _release(numpy_) >= (2, 4):
+        return (f"triton {ours}'s interpreter fails with numpy {numpy_} (triton-lang/triton#9171):"
+                " it needs triton >= 3.7 or numpy < 2.4")
+    return None
+
+
 @lru_cache(maxsize=1)
 def _probe() -> tuple[str | None, Platform, str, int]:
     """(why no GPU run, when not; platform; arch as sm_NN / gfxNNNN; shared memory per
@@ -90,6 +108,8 @@ class TritonLane:
         if interpreting():
             if why is not None and why.startswith(("triton", "torch")):
                 return Availability(False, why)
+            if (fault := interpreter_fault()) is not None:
+                return Availability(False, fault)
             return Availability(True, f"{ours} interpreter on the CPU (ARBITER_TRITON_INTERPRET):"
                                       " correctness only, its timings mean nothing")
         if why is not None:

@@ -166,9 +166,25 @@ def test_without_gpu_unavailable_in_one_line() -> None:
         assert "\n" not in av.reason and ("GPU" in av.reason or "not installed" in av.reason)
 
 
+def test_interpreter_refused_where_numpy_breaks_it(monkeypatch) -> None:
+    importlib.import_module("arbiter.lanes.triton.lane")
+    triton_lane = sys.modules["arbiter.lanes.triton.lane"]  # the package's `lane` is the object
+    versions = {"triton": "3.6.0", "numpy": "2.4.1"}
+    monkeypatch.setattr(triton_lane, "version", versions.__getitem__)
+    assert "triton-lang/triton#9171" in (triton_lane.interpreter_fault() or "")
+    versions["triton"] = "3.7.0"
+    assert triton_lane.interpreter_fault() is None
+    versions.update(triton="3.6.0rc1", numpy="2.3.5")
+    assert triton_lane.interpreter_fault() is None
+
+
 def _interpreted(*select: str) -> None:
     if not (HAS_TORCH and HAS_TRITON):
         pytest.skip("needs torch and triton (pip install arbiter-tune[triton])")
+    from arbiter.lanes.triton.lane import interpreter_fault
+
+    if (fault := interpreter_fault()) is not None:
+        pytest.skip(fault)
     env = dict(os.environ, ARBITER_TRITON_INTERPRET="1", TRITON_INTERPRET="1",
                PYTHONWARNINGS="ignore::RuntimeWarning")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
