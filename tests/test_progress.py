@@ -54,7 +54,10 @@ def test_a_log_gets_a_line_every_ten_trials_and_one_per_region(env, monkeypatch)
     export_optuna(env)
     [summary] = optuna.get_all_study_summaries(storage=env)
     assert summary.study_name.startswith("small mm8x16x8+bias+relu on ")
-    assert "cpus)" in summary.study_name and "[region " in summary.study_name
+    # the machine in words (its GPUs, else its CPU and count), then the hashes
+    assert re.fullmatch(r"small mm8x16x8\+bias\+relu on .+ "
+                        r"\[region [0-9a-f]{8}, env [0-9a-f]{8}, lanes [0-9a-f]{8}\]",
+                        summary.study_name), summary.study_name
 
 
 def test_the_bar_on_a_terminal_ends_at_its_total(env, monkeypatch):

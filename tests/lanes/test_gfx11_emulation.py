@@ -23,7 +23,7 @@ from arbiter.lanes._gpu.lane import EMULATION_DEFINE
 from arbiter import AttentionRegion, FusedRegion, GatedRegion, RowwiseRegion
 from arbiter.check import compare, poison, random_inputs, reference
 from arbiter.lane import Platform, Status, refusal, run_tool
-from arbiter.region import output_shape
+from arbiter.region import numpy_dtype, output_shape
 from arbiter.settings import override
 from tests.gate import PARTS, part_of
 
@@ -115,7 +115,7 @@ def _error(lane, region, config, extra: tuple[str, ...] = ()) -> tuple[Status, f
         runner = lane.runner(artifact, region)
     try:
         inputs = random_inputs(region, secrets.randbits(31))
-        out = np.empty(output_shape(region), np.float32)
+        out = np.empty(output_shape(region), numpy_dtype(region.dtype))
         poison(out)
         runner.run(inputs, out)
     finally:

@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from arbiter.lanes._gpu.build import gpu_build
 
 from arbiter import FusedRegion, InputError, RowwiseRegion, Status, random_inputs
 from arbiter.check import compare, poison, reference, untouched_count
@@ -109,8 +108,7 @@ def test_output_is_poisoned_on_device(lane):
         "static hipError_t arb_launch(const float* const* in, float* out, hipStream_t s)\n"
         "{ (void)in; (void)out; (void)s; return hipSuccess; }\n#include \"arb_runner.h\"\n"
     )
-    art = gpu_build(lane, KernelSource("hip_scalar", region.key, Config(), "hip", text),
-                    lane.platform)
+    art = lane.build(KernelSource("hip_scalar", region.key, Config(), "hip", text))
     runner = lane.runner(art, region)
     try:
         out = np.zeros(output_shape(region), np.float32)
