@@ -6,16 +6,13 @@ bf16 arrays are numpy arrays of `ml_dtypes.bfloat16` (the type JAX uses).
 
 from __future__ import annotations
 
-import ml_dtypes
+from functools import cache
+
 import numpy as np
 
 __all__ = ["DEFAULT_BUDGETS", "DTYPES", "numpy_dtype", "storage_view"]
 
-DTYPES: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-}
+DTYPES = ("f32", "f16", "bf16")
 
 # Relative Frobenius error allowed when a region names no budget. f32 storage: f16 operands
 # with f32 accumulation land near 3e-4 and tf32 near 3e-4 on unit-variance data, so 1e-3 admits
@@ -25,14 +22,19 @@ DTYPES: dict[str, np.dtype] = {
 DEFAULT_BUDGETS = {"f32": 1e-3, "f16": 2e-3, "bf16": 1e-2}
 
 
+@cache
 def numpy_dtype(name: str) -> np.dtype:
-    return DTYPES[name]
+    if name == "bf16":
+        import ml_dtypes  # its extension takes about a second to load: only when bf16 is met
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"f32": np.float32, "f16": np.float16}[name])
 
 
 def storage_view(a: np.ndarray, name: str) -> np.ndarray:
     """`a` as the storage dtype `name` when it holds that type's bytes without its tag: a bf16
     array saved with `np.save` loads back as two-byte void ('V2')."""
-    want = DTYPES[name]
+    want = numpy_dtype(name)
     if a.dtype.kind == "V" and a.dtype.itemsize == want.itemsize and not a.dtype.fields:
         return a.view(want)
     return a

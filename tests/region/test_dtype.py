@@ -144,3 +144,15 @@ def test_nearest_never_crosses_dtypes_or_kinds():
     g = GatedRegion(64, 32, 16)
     assert shape_distance(g, GatedRegion(32, 32, 16)) == 1.0
     assert shape_distance(g, GatedRegion(32, 32, 16, activation="gelu")) == float("inf")
+
+
+def test_ml_dtypes_loads_only_when_bf16_is_met():
+    """Its extension takes about a second to import: every command would pay it."""
+    code = ("import sys; import arbiter.cli, arbiter.lane\n"
+            "from arbiter import FusedRegion\n"
+            "from arbiter.region import numpy_dtype\n"
+            "FusedRegion(4, 4, 4); numpy_dtype('f16')\n"
+            "assert 'ml_dtypes' not in sys.modules, 'loaded early'\n"
+            "assert numpy_dtype('bf16').name == 'bfloat16'\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
