@@ -535,6 +535,9 @@ def summarize(regions: list[dict[str, Any]], tune_s: float, startup_s: float) ->
         "regions": len(regions),
         "never_slower_passed": sum(1 for v in verdicts if v),
         "never_slower_failed": [r["region"] for r in regions if r["never_slower"] is False],
+        # of those, the ones whose interval reaches 1: slower is not shown, a tie neither
+        "never_slower_unresolved": [r["region"] for r in regions if r["never_slower"] is False
+                                    and r["ratios"]["winner/inductor"]["verdict"] == UNRESOLVED],
         "never_slower_unmeasured": [r["region"] for r in regions if r["never_slower"] is None],
         "tune_s": tune_s, "inductor_compile_s": compile_s, "inductor_startup_s": startup_s,
         "geomean_own_vs_inductor": {}, "geomean_winner_vs_inductor": {},
@@ -600,8 +603,11 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"- Winner never slower than Inductor (ratio >= 1, or a tie within the "
         f"{100 * results['band']:g}% band): **{s['never_slower_passed']} of {s['regions']}**"
-        + (f"; slower: {', '.join(s['never_slower_failed'])}" if s["never_slower_failed"]
-           else "")
+        + "".join(f"; {word}: {', '.join(names)}" for word, names in (
+            ("slower", [n for n in s["never_slower_failed"]
+                        if n not in s["never_slower_unresolved"]]),
+            ("under 1 but unresolved (neither slower nor a tie at 99.4%)",
+             s["never_slower_unresolved"])) if names)
         + (f"; not measured: {', '.join(s['never_slower_unmeasured'])}"
            if s["never_slower_unmeasured"] else "") + ".",
         "- Geomean of the best own lane over Inductor on the fused chains: "

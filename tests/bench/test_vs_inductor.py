@@ -77,3 +77,17 @@ def test_quick_run_on_the_cpu(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout.count("| row_rmsnorm_f32 |") == 2
+
+
+def test_merge_of_the_recorded_h200_parts_tells_unresolved_from_slower():
+    """The parts measured on the H200 (bench/results) merge without torch, and a winner under 1
+    whose interval reaches 1 is reported as unresolved, not as slower."""
+    parts = sorted((SCRIPT.parent / "results").glob("vs_inductor.*.json"))
+    assert parts
+    merged = subprocess.run([sys.executable, str(SCRIPT), "--merge", *map(str, parts)],
+                            capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    summary = _module().summarize(
+        [r for p in parts for r in json.loads(p.read_text())["regions"]], 0.0, 0.0)
+    assert summary["never_slower_unresolved"] == ["row_rmsnorm_f32"]
+    assert "under 1 but unresolved" in merged.stdout and "; slower:" not in merged.stdout
