@@ -59,9 +59,17 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
 
     stop = stop or threading.Event()
     here = usable_lanes(list(lanes) if lanes else None)
-    queue, records = Queue(url), Records(url)
-    me = _Me(url, queue, holder_id(), records.environment(fingerprint()), here,
-             lease_seconds or LEASE_SECONDS)
+    while True:  # a fleet may start before its database server is up
+        try:
+            queue, records = Queue(url), Records(url)
+            env_id = records.environment(fingerprint())
+            break
+        except StoreError as e:
+            if stop.is_set() or not _unreachable(url, e):
+                raise
+            _say(f"the database: {one_line(str(e), url)}: trying again in {5 * poll:g} s")
+            stop.wait(5 * poll)
+    me = _Me(url, queue, holder_id(), env_id, here, lease_seconds or LEASE_SECONDS)
     finished = 0
     _say(f"worker {me.holder} on {masked_url(url)}: lanes "
          f"{', '.join(ln.name for ln in here)}")
@@ -79,6 +87,17 @@ def work(url: str, *, lanes: Sequence[str] | None = None, job_id: int | None = N
             _say(f"the database: {one_line(str(e), url)}: trying again in {5 * poll:g} s")
             stop.wait(5 * poll)
     return finished
+
+
+def _unreachable(url: str, e: StoreError) -> bool:
+    """A database server that could not be reached (or refused the connection), as opposed to
+    a database this arbiter cannot use (its schema, a SQLite file)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    cause = e.__cause__
+    return (make_url(url).get_backend_name() != "sqlite"
+            and isinstance(cause, (OperationalError, InterfaceError)))
 
 
 @dataclasses.dataclass

@@ -272,6 +272,48 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
         subprocess.run([*pg, "stop", folder], capture_output=True)
 
 
+@pytest.mark.slow
+def test_a_worker_started_before_its_database_waits_for_it(tmp_path, monkeypatch):
+    """A fleet may come up before its PostgreSQL server: the worker says why it waits, then
+    works once the server is up. A SQLite file it cannot open is still one line and exit 2."""
+    from tests.conftest import SCRIPT, free_port, need_postgres
+
+    need_postgres()
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
+    import tempfile
+
+    folder, port = tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
+    pg = ["bash", str(SCRIPT)]
+    url = f"postgresql+psycopg://arbiter@127.0.0.1:{port}/arbiter"
+    worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
+                               "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        waiting = worker.stderr.readline()
+        assert "the database:" in waiting and "trying again" in waiting, waiting
+        started = subprocess.run([*pg, "start", folder, port], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        assert started == url, (started, url)
+        job = Queue(url).submit(REGIONS[:1], {"trials": 2, "lanes": ["fake_tiny"]}, "test")
+        deadline = time.monotonic() + 60
+        while Queue(url).status(job)["state"] != "done":
+            assert worker.poll() is None, worker.stderr.read()
+            assert time.monotonic() < deadline, "the worker never started working"
+            time.sleep(0.3)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+        err = worker.communicate(timeout=30)[1]
+        assert "Traceback" not in err, err
+        subprocess.run([*pg, "stop", folder], capture_output=True)
+    bad = subprocess.run([sys.executable, "-m", "arbiter", "worker", "--db",
+                          f"sqlite:///{tmp_path}/no/such/dir/x.db"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
 def test_a_region_whose_sweep_fails_is_failed_once_and_the_job_ends(url):
     """A lane bug outside the isolated process, and a job asking for no lane this worker
     has: the region fails (once, with why), the worker goes on, the job is done."""
