@@ -228,18 +228,23 @@ def test_export_to_optuna_works_on_postgres(pg_url, monkeypatch, tmp_path, capsy
     assert summary.n_trials >= 4 and summary.best_trial is not None
 
 
-@pytest.mark.slow
-def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
+def _own_postgres(tmp_path, monkeypatch) -> tuple[list[str], str, str]:
+    """(the server script's command, a data folder, a free port) for a PostgreSQL server this
+    test starts and stops itself; workers it starts offer the fake_tiny lane."""
+    import tempfile
+
     from tests.conftest import SCRIPT, free_port, need_postgres
 
     need_postgres()
     monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
     monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
     monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
-    import tempfile
+    return ["bash", str(SCRIPT)], tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
 
-    folder, port = tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
-    pg = ["bash", str(SCRIPT)]
+
+@pytest.mark.slow
+def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
+    pg, folder, port = _own_postgres(tmp_path, monkeypatch)
     url = subprocess.run([*pg, "start", folder, port], capture_output=True, text=True,
                          check=True).stdout.strip()
     worker = None
@@ -276,16 +281,7 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
 def test_a_worker_started_before_its_database_waits_for_it(tmp_path, monkeypatch):
     """A fleet may come up before its PostgreSQL server: the worker says why it waits, then
     works once the server is up. A SQLite file it cannot open is still one line and exit 2."""
-    from tests.conftest import SCRIPT, free_port, need_postgres
-
-    need_postgres()
-    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_tiny"))
-    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
-    monkeypatch.setenv("ARBITER_CACHE_DIR", str(tmp_path / "cache"))
-    import tempfile
-
-    folder, port = tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
-    pg = ["bash", str(SCRIPT)]
+    pg, folder, port = _own_postgres(tmp_path, monkeypatch)
     url = f"postgresql+psycopg://arbiter@127.0.0.1:{port}/arbiter"
     worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
                                "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
