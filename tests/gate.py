@@ -11,7 +11,7 @@ import pytest
 
 T = TypeVar("T")
 
-EVERY = 3
+EVERY = 6
 PARTS = [pytest.param("sample", id="sample"),
          pytest.param("rest", id="rest", marks=pytest.mark.slow)]
 

@@ -53,6 +53,7 @@ def measured(tmp_path, lane: str) -> list[tuple[str, str | None, float | None]]:
             "m.kind = 'sweep' order by m.id", (lane,)).fetchall()
 
 
+@pytest.mark.slow
 def test_a_timeout_under_a_too_small_timeout_is_retried_when_more_time_is_allowed(env, tmp_path):
     env = dict(env, FAKE_SLEEP="2")
     row = tune(env, tmp_path, "--lanes", "fake_sleepy", "--timeout", "0.5")
@@ -76,6 +77,7 @@ def memory_limits(tmp_path, lane: str) -> list[tuple[str, int | None]]:
             "m.kind = 'sweep' order by m.id", (lane,)).fetchall()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux's /proc")
 def test_out_of_memory_under_a_small_limit_is_retried_when_the_limit_grows(env, tmp_path):
     env = dict(env, FAKE_HOG_BYTES=str(512 << 20), FAKE_HOG_SECONDS="0.5")

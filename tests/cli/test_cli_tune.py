@@ -163,6 +163,7 @@ def test_best_on_a_database_that_does_not_exist_leaves_no_file_behind(env, tmp_p
     assert not (tmp_path / "no.db").exists()
 
 
+@pytest.mark.slow
 def test_optuna_tables_of_another_optuna_are_one_line_at_export_and_the_records_stay(
         env, tmp_path):
     first, second = tmp_path / "first.toml", tmp_path / "second.toml"
@@ -252,6 +253,7 @@ def test_sampled_sweep_killed_then_resumed_keeps_its_records_and_exports_them_on
     assert ids == sorted(c for c, _, _, status in after if status != "invalid")
 
 
+@pytest.mark.slow
 def test_sweeps_started_at_once_on_one_new_database_all_finish(env, tmp_path):
     # two shells starting on the same new arbiter.db: each meets the others' tables and rows
     # half made (ours, Optuna's) and must still finish, with no traceback

@@ -146,6 +146,7 @@ def test_db_upgrade_of_a_newer_schema_is_one_line(env, tmp_path):
         assert "upgrade arbiter" in p.stderr
 
 
+@pytest.mark.slow
 def test_tune_on_a_database_with_zeroed_pages_is_one_line(env, tmp_path):
     spec = tmp_path / "one.toml"
     spec.write_text(ONE)

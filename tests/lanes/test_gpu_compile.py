@@ -1,5 +1,6 @@
 """Compile gate (no GPU needed): every hip_scalar variant for the example regions becomes real
-gfx1151 ISA with Debian's clang++-19 and PTX for sm_90 with nvcc, without register spills."""
+gfx1151 ISA with Debian's clang++-19 and PTX for sm_90 with nvcc, without register spills (a
+sample by default, the rest in the slow run: tests/gate.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from arbiter.lanes.hip_scalar import lane
 from arbiter import AttentionRegion, FusedRegion, GatedRegion, RowwiseRegion
 from arbiter.lane import Platform
 from arbiter.region import load_spec
+from tests.gate import PARTS, part_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "regions.toml"
 WORKERS = max(2, min(8, os.cpu_count() or 2))
@@ -88,21 +90,21 @@ def _variants():
 VARIANTS = _variants()
 
 
-def _compile_all(platform: Platform) -> list[tuple[str, str, str]]:
+def _compile_all(platform: Platform, part: str) -> list[tuple[str, str, str]]:
     def one(item):
         region, config = item
         text = lane.emit(region, config).text
         return region.name, str(config), device_asm(text, platform)
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        return list(pool.map(one, VARIANTS))
+        return list(pool.map(one, part_of(VARIANTS, part)))
 
 
-@pytest.fixture(scope="module")
-def gfx_isa():
+@pytest.fixture(scope="module", params=PARTS)
+def gfx_isa(request):
     if toolchain().clang is None:
         pytest.skip("no clang++-19 / clang++ on PATH (apt install clang-19 lld-19 libamdhip64-dev)")
-    return _compile_all(Platform.ROCM)
+    return request.param, _compile_all(Platform.ROCM, request.param)
 
 
 def test_variants_cover_every_kind():
@@ -123,8 +125,9 @@ def _unreachable(space, name):
 
 
 def test_every_variant_compiles_to_gfx1151(gfx_isa):
-    assert len(gfx_isa) == len(VARIANTS)
-    for name, config, asm in gfx_isa:
+    part, built = gfx_isa
+    assert len(built) == len(part_of(VARIANTS, part)) > 0
+    for name, config, asm in built:
         assert ".amdgcn_target \"amdgcn-amd-amdhsa--gfx1151" in asm, (name, config)
         kernels = isa_resources(asm)
         assert any("arb_poison" not in k for k in kernels), (name, config)
@@ -132,7 +135,7 @@ def test_every_variant_compiles_to_gfx1151(gfx_isa):
 
 def test_no_spills_or_scratch(gfx_isa):
     bad = []
-    for name, config, asm in gfx_isa:
+    for name, config, asm in gfx_isa[1]:
         for kernel, res in isa_resources(asm).items():
             if res.get("scratch", 0) or res.get("vgpr_spills", 0) or res.get("sgpr_spills", 0):
                 bad.append(f"{name} [{config}] {kernel}: {res}")
@@ -148,10 +151,11 @@ def test_resources_are_read():
     assert gemm["vgprs"] > 0 and gemm["lds"] > 0 and gemm["occupancy"] > 0
 
 
-def test_every_variant_compiles_to_ptx():
+@pytest.mark.parametrize("part", PARTS)
+def test_every_variant_compiles_to_ptx(part):
     if toolchain().nvcc is None:
         pytest.skip("no nvcc on PATH")
-    for name, config, ptx in _compile_all(Platform.CUDA):
+    for name, config, ptx in _compile_all(Platform.CUDA, part):
         assert ".target sm_90" in ptx, (name, config)
         assert ".entry" in ptx, (name, config)
 

@@ -60,7 +60,8 @@ def measured(db: Path) -> list[tuple]:
         con.close()
 
 
-@pytest.mark.parametrize("how", ["same path", "symlink", "hard link"])
+@pytest.mark.parametrize("how", [pytest.param("same path", marks=pytest.mark.slow),
+                                 pytest.param("symlink", marks=pytest.mark.slow), "hard link"])
 def test_a_second_sweep_on_one_file_waits_whatever_name_it_uses(env, tmp_path, how):
     """The same SQLite file through a symlink is the same database: the second tune waits
     for the first and measures nothing twice. Through a hard link (in another folder) it is

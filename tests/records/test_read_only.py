@@ -57,7 +57,7 @@ def tuned(tmp_path):
     folder.chmod(0o755)
 
 
-@pytest.mark.parametrize("folder_writable", [False, True])
+@pytest.mark.parametrize("folder_writable", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_best_run_and_report_read_a_database_they_may_not_write(tuned, tmp_path,
                                                                 folder_writable):
     env, spec, folder = tuned

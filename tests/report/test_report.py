@@ -284,7 +284,7 @@ def test_measure_cpu_is_plausible() -> None:
 # --- figures and page ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("which", ["known", "rich"])
+@pytest.mark.parametrize("which", ["known", pytest.param("rich", marks=pytest.mark.slow)])
 def test_every_figure_draws(which: str, known: str, tmp_path: Path) -> None:
     url = known
     if which == "rich":

@@ -97,6 +97,7 @@ def crowded(tmp_path_factory) -> str:
     return url
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_report_of_many_machines_draws_a_bounded_number_of_panels(crowded):
     rep = report.build_report(crowded)
@@ -144,6 +145,7 @@ def test_drawn_keeps_every_row_that_fits(crowded):
     assert len(shown) == 5 and shown["fingerprint"].nunique() == 1 and "first 5" in note
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_report_told_to_stop_stops_and_leaves_no_half_written_file(crowded, tmp_path):
     out = tmp_path / "out"
