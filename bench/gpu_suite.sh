@@ -25,7 +25,7 @@ for step in "$@"; do
   t0=$SECONDS
   case $step in
     tests)
-      timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rf >"$out/tests.txt" 2>&1
+      timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rfs >"$out/tests.txt" 2>&1
       echo "tests: rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/tests.txt")" ;;
     tune)
       python3 -m arbiter lanes | tee "$out/lanes.txt"
@@ -57,7 +57,7 @@ for step in "$@"; do
       timeout 560 python3 bench/dtypes.py --out "$out" >"$out/dtypes.txt" 2>&1
       echo "dtypes: rc=$? in $((SECONDS - t0)) s"; tail -40 "$out/dtypes.md" ;;
     gfx11)
-      ARBITER_GFX11_EMULATION=1 timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rf \
+      ARBITER_GFX11_EMULATION=1 timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rfs \
         -m gpu tests/lanes >"$out/gfx11.txt" 2>&1
       echo "gfx11 (emulated): rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/gfx11.txt")" ;;
     triton)
