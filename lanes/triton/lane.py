@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
@@ -49,12 +50,10 @@ def triton_version() -> str:
         return ""
 
 
-def _release(text: str) -> tuple[int, ...]:
-    parts = []
-    for part in text.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        parts.append(int(digits or 0))
-    return tuple(parts)
+def _release(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as 3.6.0, 2.4rc1 or 3.7.0+git1234."""
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
 
 
 def interpreter_fault() -> str | None:
