@@ -242,6 +242,22 @@ def _own_postgres(tmp_path, monkeypatch) -> tuple[list[str], str, str]:
     return ["bash", str(SCRIPT)], tempfile.mkdtemp(prefix="arbiter-pg-"), str(free_port())
 
 
+def _worker(url: str) -> subprocess.Popen:
+    """`arbiter worker` in a session of its own, its stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url, "--poll",
+                             "0.2"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _one_job_done_by(worker: subprocess.Popen, url: str, why: str) -> None:
+    """Submit a one-region job and wait (at most 60 s) for `worker`, still running, to do it."""
+    job = Queue(url).submit(REGIONS[:1], {"trials": 2, "lanes": ["fake_tiny"]}, "test")
+    deadline = time.monotonic() + 60
+    while Queue(url).status(job)["state"] != "done":
+        assert worker.poll() is None, worker.stderr.read()
+        assert time.monotonic() < deadline, why
+        time.sleep(0.3)
+
+
 @pytest.mark.slow
 def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
     pg, folder, port = _own_postgres(tmp_path, monkeypatch)
@@ -250,9 +266,7 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
     worker = None
     try:
         Queue(url)
-        worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
-                                   "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+        worker = _worker(url)
         # the database goes away once the worker is in its loop (its banner is printed after
         # it first reached the database), however long its start took on a busy machine
         banner = worker.stderr.readline()
@@ -261,12 +275,7 @@ def test_a_worker_waits_for_the_database_to_come_back(tmp_path, monkeypatch):
         subprocess.run([*pg, "stop", folder], check=True, capture_output=True)
         time.sleep(3)
         subprocess.run([*pg, "start", folder, port], check=True, capture_output=True)
-        job = Queue(url).submit(REGIONS[:1], {"trials": 2, "lanes": ["fake_tiny"]}, "test")
-        deadline = time.monotonic() + 60
-        while Queue(url).status(job)["state"] != "done":
-            assert worker.poll() is None, worker.stderr.read()
-            assert time.monotonic() < deadline, "the worker did not come back"
-            time.sleep(0.3)
+        _one_job_done_by(worker, url, "the worker did not come back")
     finally:
         if worker is not None:
             if worker.poll() is None:
@@ -283,21 +292,14 @@ def test_a_worker_started_before_its_database_waits_for_it(tmp_path, monkeypatch
     works once the server is up. A SQLite file it cannot open is still one line and exit 2."""
     pg, folder, port = _own_postgres(tmp_path, monkeypatch)
     url = f"postgresql+psycopg://arbiter@127.0.0.1:{port}/arbiter"
-    worker = subprocess.Popen([sys.executable, "-m", "arbiter", "worker", "--db", url,
-                               "--poll", "0.2"], stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    worker = _worker(url)
     try:
         waiting = worker.stderr.readline()
         assert "the database:" in waiting and "trying again" in waiting, waiting
         started = subprocess.run([*pg, "start", folder, port], capture_output=True, text=True,
                                  check=True).stdout.strip()
         assert started == url, (started, url)
-        job = Queue(url).submit(REGIONS[:1], {"trials": 2, "lanes": ["fake_tiny"]}, "test")
-        deadline = time.monotonic() + 60
-        while Queue(url).status(job)["state"] != "done":
-            assert worker.poll() is None, worker.stderr.read()
-            assert time.monotonic() < deadline, "the worker never started working"
-            time.sleep(0.3)
+        _one_job_done_by(worker, url, "the worker never started working")
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGTERM)
