@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..lane import validate_inputs
+from ..lane import usable_cores, validate_inputs
 from ..region import (
     AttentionRegion,
     Epilogue,
@@ -112,24 +113,43 @@ def _chain(
 
 
 def _attention(region: AttentionRegion, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    i = np.arange(region.seq_q)[:, None]
-    j = np.arange(region.seq_k)[None, :]
-    visible = j <= i + region.causal_offset if region.causal_offset is not None else None
     out = np.empty(q.shape, np.float64)
-    # one (batch, head) at a time through BLAS: the full score tensor of a large region would
-    # not fit in memory, and einsum would not use BLAS
-    for b in range(region.batch):
-        for h in range(region.heads):
-            s = (q[b, h] @ k[b, h].T) * region.scale
-            if visible is not None:
-                s = np.where(visible, s, -np.inf)
-            m = s.max(axis=-1, keepdims=True)
-            dead = ~np.isfinite(m)  # rows that see no key output zeros
-            p = np.exp(s - np.where(dead, 0.0, m))
-            o = (p @ v[b, h]) / np.where(dead, 1.0, p.sum(axis=-1, keepdims=True))
-            out[b, h] = np.where(dead, 0.0, o)
+    off = region.causal_offset
+    step = max(1, ATTENTION_BLOCK // region.seq_k)
+
+    def rows(b: int, h: int, r0: int) -> None:
+        """Query rows r0.. of one (batch, head): their scores stay a small block, and a causal
+        block multiplies only the keys its last row sees (the others' weights are exact
+        zeros)."""
+        r1 = min(region.seq_q, r0 + step)
+        keys = region.seq_k if off is None else min(region.seq_k, max(0, r1 + off))
+        if keys == 0:  # no row of the block sees a key: zeros
+            out[b, h, r0:r1] = 0.0
+            return
+        s = q[b, h, r0:r1] @ k[b, h, :keys].T
+        s *= region.scale
+        if off is not None:
+            s[np.arange(keys)[None, :] > np.arange(r0, r1)[:, None] + off] = -np.inf
+        m = s.max(axis=-1, keepdims=True)
+        dead = ~np.isfinite(m)  # rows that see no key output zeros
+        s -= np.where(dead, 0.0, m)
+        np.exp(s, out=s)
+        o = s @ v[b, h, :keys]
+        o /= np.where(dead, 1.0, s.sum(axis=-1, keepdims=True))
+        out[b, h, r0:r1] = np.where(dead, 0.0, o)
+
+    # numpy's ufuncs and BLAS release the GIL: the blocks run on every core this process has
+    # (the exponentials, single-threaded in numpy, are most of a large region's time)
+    blocks = [(b, h, r0) for b in range(region.batch) for h in range(region.heads)
+              for r0 in range(0, region.seq_q, step)]
+    with ThreadPoolExecutor(min(usable_cores(), len(blocks))) as pool:
+        for done in [pool.submit(rows, *blk) for blk in blocks]:
+            done.result()
     return out
 
+
+# Scores per block of an attention reference (16 MiB of float64).
+ATTENTION_BLOCK = 1 << 21
 
 # Rows per block of a matmul/rowwise reference: the chain's float64 temporaries stay small.
 BLOCK_ELEMENTS = 1 << 16

@@ -251,3 +251,26 @@ def test_an_unknown_causal_alignment_is_refused():
 
     with pytest.raises(RegionError, match='"top_left", got \'left\''):
         AttentionRegion(1, 1, 4, 8, causal="left")
+
+
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+def test_attention_blocks_of_rows_match_the_whole_formula(causal, monkeypatch):
+    """The reference works on blocks of query rows in parallel, a causal block over only the
+    keys its last row sees: with blocks of a few rows, every row still matches the formula on
+    the whole score matrix (rows that see no key: zeros)."""
+    from arbiter.check import _oracle
+
+    monkeypatch.setattr(_oracle, "ATTENTION_BLOCK", 3 * 11)  # 3 rows of 11 keys a block
+    region = AttentionRegion(2, 2, 13, 8, seq_k=11, causal=causal)
+    arrays = random_inputs(region, np.random.default_rng().integers(1 << 30))
+    q, k, v = (arrays[n].astype(np.float64) for n in ("q", "k", "v"))
+    s = np.einsum("bhid,bhjd->bhij", q, k) * region.scale
+    if region.causal_offset is not None:
+        s[..., np.arange(11)[None, :] > np.arange(13)[:, None] + region.causal_offset] = -np.inf
+    with np.errstate(invalid="ignore"):
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        want = np.nan_to_num(np.einsum("bhij,bhjd->bhid", w / w.sum(axis=-1, keepdims=True), v))
+    got = reference(region, arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert (region.causal_offset is None or region.causal_offset >= 0
+            or np.all(got[:, :, :-region.causal_offset] == 0.0))
