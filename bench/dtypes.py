@@ -15,7 +15,8 @@ cache than the lanes' two, so the ratios lean towards the baseline):
   decode     the decode lane (split-KV) and fa2, bf16 seq_q 1 over 4k..32k keys, against SDPA
              (its default backend choice), with GB/s of Q/K/V/O traffic
   gemv       the gemv lane, bf16 M = 1, 4, 16 x N = K = 4096, 8192 + bias + gelu, against torch
-             (matmul + bias + gelu eager), with GB/s of A/B/bias/out traffic
+             (matmul + bias + gelu eager), with GB/s of A/B/bias/out traffic: its default (the
+             FMA path) and the fastest of a few tensor-core (mma path) tilings and K splits
 Copy bandwidth is measured in the same run (a 1 GiB device-to-device torch copy, read +
 write bytes over the median time), so "x of copy" is a ratio measured beside the result.
 Writes dtypes.json and dtypes.md under --out (default $OUT, else .) and prints the tables.
@@ -123,6 +124,34 @@ def candidate(lane_name: str, region: Region, config: dict | None, sets) -> dict
         runner.close()
 
 
+def fastest_per_path(rows: list[dict]) -> list[dict]:
+    """The rows, with each lane's mma-path configs (gemv's tilings) as one: the fastest timed
+    one, noting how many were tried and why any was not timed."""
+    out: list[dict] = []
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if "path=mma" not in r.get("config", ""):
+            out.append(r)
+            continue
+        name = f"{r['lane']} (mma)"
+        if name not in groups:
+            groups[name] = []
+            out.append({"group": name})
+        groups[name].append(r)
+    for i, r in enumerate(out):
+        if "group" not in r:
+            continue
+        group = groups[r["group"]]
+        timed = [g for g in group if "s" in g]
+        best = dict(min(timed, key=lambda g: g["s"]) if timed else group[0])
+        failed = [g for g in group if "s" not in g]
+        best["lane"] = f"{r['group']}, fastest of {len(group)}" + (
+            f" ({len(failed)} not timed: {failed[0].get('status', '')} "
+            f"{failed[0].get('why', '')[:80]})" if failed else "")
+        out[i] = best
+    return out
+
+
 def traffic(region: Region) -> int:
     size = numpy_dtype(region.dtype).itemsize
     elems = sum(int(np.prod(s)) for s in input_shapes(region).values())
@@ -141,6 +170,11 @@ FA2_CONFIGS = [{}, {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 
                {"staging": "prepass", "warps": 8, "block_q": 128, "block_k": 64, "stages": 2},
                {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 64, "stages": 3},
                {"staging": "inline", "warps": 8, "block_q": 128, "block_k": 64, "stages": 2}]
+# gemv's tensor-core path: (16-column tiles per warp, threads, stages) x K splits; the table
+# shows the fastest of them
+GEMV_MMA = [{"path": "mma", "cols": c, "threads": t, "unroll": u, "split_k": s}
+            for c, t, u in ((8, 128, 2), (8, 64, 4), (4, 128, 4), (4, 64, 4), (8, 256, 1))
+            for s in (4, 8, 16, 32)]
 
 
 def _sdpa(causal: bool, flash: bool):
@@ -203,7 +237,9 @@ def plans(parts: set[str], quick: bool) -> list[dict]:
         for n in (4096,) if quick else (4096, 8192):
             for m in (1, 4, 16):
                 r = FusedRegion(m, n, n, epilogue=("bias", "gelu"), dtype="bf16")
-                out.append({"region": r, "jobs": [("gemv", None), ("wmma_gemm", None)],
+                out.append({"region": r, "jobs": [("gemv", None)] + [("gemv", c) for c in
+                                                                      GEMV_MMA]
+                            + [("wmma_gemm", None)],
                             "baseline": "torch matmul+bias+gelu bf16",
                             "call": _matmul_bias_gelu, "bytes": traffic(r)})
     return out
@@ -215,7 +251,7 @@ def run_plan(plan: dict) -> dict:
     t = tensors(r, sets[0])
     case = {"case": r.describe(), "baseline": plan["baseline"],
             "baseline_s": torch_seconds(lambda: plan["call"](t)),
-            "rows": [candidate(lane, r, c, sets) for lane, c in plan["jobs"]]}
+            "rows": fastest_per_path([candidate(lane, r, c, sets) for lane, c in plan["jobs"]])}
     case.update({k: plan[k] for k in ("flops", "bytes") if k in plan})
     return case
 

@@ -20,12 +20,14 @@ from arbiter.lane import Config, EmitError, FusedRegion, KernelSource, Platform,
 from .._gpu.abi import REBUILD, runner_table, store_defines
 from .._scalar_body import epilogue_function, prologue_function
 
-__all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "Plan", "emit", "load_bytes", "plan"]
+__all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "PATHS", "Plan", "emit", "load_bytes",
+           "mma_fits", "plan"]
 
 LANE = "gemv"
 MAX_M = 16
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 A_CHUNK_FLOATS = 4096  # 16 KiB of prologue(A) staged per chunk of K
+PATHS = ("fma", "mma")  # f32 FMAs on the CUDA/SIMD cores, or the tensor cores (16-bit storage)
 _KERNEL = Path(__file__).with_name("gemv_kernel.hip")
 
 
@@ -48,12 +50,30 @@ class Plan:
 
 def plan(m: int, config: Config | Mapping[str, Any]) -> Plan:
     threads, cols, unroll = (int(config[k]) for k in ("threads", "cols", "unroll"))
+    warps = threads // 32
+    if config.get("path", "fma") == "mma":
+        # unroll stages of 16 rows per warp: A's 16 x KT tile and B's KT x 16*cols, each row
+        # padded by 8 elements of 2 bytes
+        kt, block_n = 16 * warps, 16 * cols
+        stage_bytes = 2 * (16 * (kt + 8) + kt * (block_n + 8))
+        row = warps * block_n
+        rm = max(1, min(m, A_CHUNK_FLOATS // row))
+        return Plan(0, rm, max(-(-unroll * stage_bytes // 4), rm * row))
     mp = (m + 3) // 4 * 4
-    step = threads // 32 * unroll
+    step = warps * unroll
     kc = max(step, A_CHUNK_FLOATS // mp // step * step)
     row = threads * cols  # one row of M of every warp's partial sums
     rm = max(1, min(m, A_CHUNK_FLOATS // row))
     return Plan(kc, rm, max(kc * mp, rm * row))
+
+
+def mma_fits(region: FusedRegion) -> str | None:
+    """Why the tensor-core path cannot compute `region`, or None."""
+    if ELEM_BYTES[_dtype(region)] != 2:
+        return "path mma multiplies 16-bit storage (f16, bf16) only"
+    if region.N % 8 or region.K % 8:
+        return "path mma needs N and K multiples of 8 (rows of A and B in whole 16-byte copies)"
+    return None
 
 
 def load_bytes(cols: int, dtype: str) -> int | None:
@@ -74,6 +94,14 @@ def _check(region: Region, config: Config) -> FusedRegion:
     if dtype not in ELEM_BYTES:
         raise EmitError(f"{LANE}: storage dtype {dtype!r} not among {list(ELEM_BYTES)}")
     cols, threads = int(config["cols"]), int(config["threads"])
+    path = config.get("path", "fma")
+    if path not in PATHS:
+        raise EmitError(f"{LANE}: path {path!r} not among {list(PATHS)}")
+    if path == "mma":
+        why = mma_fits(region)
+        if why is not None or threads % 32:
+            raise EmitError(f"{LANE}: {why or f'threads={threads}: whole warps'}")
+        return region
     if load_bytes(cols, dtype) is None or threads % 32:
         raise EmitError(f"{LANE}: cols * element bytes must be 8 or a multiple of 16 and threads "
                         f"whole warps (cols={cols}, threads={threads}, {dtype})")
@@ -83,7 +111,9 @@ def _check(region: Region, config: Config) -> FusedRegion:
 def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
     r = _check(region, config)
     p = plan(r.M, config)
+    mma = config.get("path", "fma") == "mma"
     consts = {
+        "GEMV_MMA": int(mma),
         "GEMV_M": r.M,
         "GEMV_N": r.N,
         "GEMV_K": r.K,
@@ -91,10 +121,11 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         "GEMV_THREADS": int(config["threads"]),
         "GEMV_SPLIT_K": int(config["split_k"]),
         "GEMV_UNROLL": int(config["unroll"]),
-        "GEMV_LOAD_BYTES": load_bytes(int(config["cols"]), _dtype(r)),
+        "GEMV_LOAD_BYTES": 16 if mma else load_bytes(int(config["cols"]), _dtype(r)),
         "GEMV_KC": p.kc,
         "GEMV_RM": p.rm,
         "GEMV_SMEM_FLOATS": p.smem_floats,
+        "HAS_PROLOGUE": int(bool(r.prologue)),
         "HAS_BIAS": int(r.has_bias),
         "HAS_RES": int(r.residual),
     }
@@ -108,8 +139,10 @@ def emit(region: Region, config: Config, platform: Platform) -> KernelSource:
         *REBUILD,
         " */",
     ]
+    if mma and _dtype(r) == "bf16":
+        lines.append("#define ARB_FRAG_BF16 1")
     lines += store_defines(r).splitlines()
-    lines.append('#include "arb_gpu.h"')
+    lines.append('#include "arb_frag.h"' if mma else '#include "arb_gpu.h"')
     lines += [f"#define {k} {v}" for k, v in consts.items()]
     lines.append("")
     lines += runner_table(r).splitlines()

@@ -1,8 +1,12 @@
-"""The gemv lane: skinny GEMM / GEMV (M <= 16) that streams B[K,N] once with 16-byte coalesced
-loads, keeps prologue(A) in shared memory, accumulates in f32, splits K across blocks when the
-columns alone give too few blocks, and fuses the epilogue chain and residual."""
+"""The gemv lane: skinny GEMM / GEMV (M <= 16) that streams B[K,N] once, accumulates in f32,
+splits K across blocks when the columns alone give too few blocks, and fuses the epilogue chain
+and residual. Two paths: f32 FMAs over 16-byte coalesced loads of B with prologue(A) in shared
+memory (`fma`, any storage), or the tensor cores over asynchronous copies of B into shared
+memory, A padded to 16 rows (`mma`, 16-bit storage)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from arbiter.lane import (
     Config,
@@ -16,7 +20,7 @@ from arbiter.lane import (
 )
 
 from .._gpu.lane import GpuLane
-from .emit import ELEM_BYTES, LANE, MAX_M, load_bytes, plan
+from .emit import ELEM_BYTES, LANE, MAX_M, PATHS, load_bytes, mma_fits, plan
 from .emit import emit as _emit
 
 __all__ = ["GemvLane", "lane"]
@@ -26,6 +30,9 @@ THREADS = (64, 128, 256, 512)
 UNROLLS = (1, 2, 4, 8)
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 PARTIALS_LIMIT = 8192  # floats: one row of M of every warp's partial sums (32 KiB)
+FMA_SMEM = 32 * 1024
+MMA_SMEM = 48 * 1024  # the stages: a block's static shared memory on CUDA (gfx11 has 64 KiB)
+MMA_TILES = 8  # 16-column tiles per warp: 8 accumulators of 8 floats each
 MIN_SPLIT_ROWS = 16  # rows of K a split walks at least
 # Registers one thread may use by the estimate below: sm_90 allows 255 (ptxas used 210 at the
 # M = 16 bf16 default; a few smaller configs spill a few words below the limit). gfx11
@@ -34,6 +41,9 @@ MIN_SPLIT_ROWS = 16  # rows of K a split walks at least
 CUDA_REGS = 240
 ROCM_ACCUMULATORS = 64
 ROCM_BYTES_IN_FLIGHT = 128
+# The mma path by default from this M on: on the H200 (bf16, N = K = 4096 and 8192) it took
+# 0.81-0.42x the fma path's time at M = 4 and 16, but 0.97-1.05x at M = 1.
+MMA_FROM_M = 4
 # Blocks worth having in flight: two per SM on the H200 (132 SMs), several per WGP on gfx1151.
 TARGET_BLOCKS = 256
 
@@ -44,38 +54,54 @@ def _regs(m: int, esize: int, v) -> int:
     return m * cols + v["unroll"] * cols * esize // 4 + cols + 4 + 40
 
 
+def _fma(v) -> bool:
+    return v["path"] == "fma"
+
+
 def _register_rule(m: int, esize: int, platform: Platform) -> Rule:
     if platform is Platform.CUDA:
-        return Rule(f"registers per thread (M*cols accumulators + unroll rows of B + 48) at "
-                    f"most {CUDA_REGS}: more spills",
-                    lambda v: _regs(m, esize, v) <= CUDA_REGS)
-    return Rule(f"M*cols at most {ROCM_ACCUMULATORS} accumulators and unroll*cols*{esize} at "
-                f"most {ROCM_BYTES_IN_FLIGHT} bytes of B in flight per thread: more spills on "
-                f"gfx11",
-                lambda v: m * v["cols"] <= ROCM_ACCUMULATORS
-                and v["unroll"] * v["cols"] * esize <= ROCM_BYTES_IN_FLIGHT)
+        return Rule(f"path fma: registers per thread (M*cols accumulators + unroll rows of B + "
+                    f"48) at most {CUDA_REGS}: more spills",
+                    lambda v: not _fma(v) or _regs(m, esize, v) <= CUDA_REGS)
+    return Rule(f"path fma: M*cols at most {ROCM_ACCUMULATORS} accumulators and "
+                f"unroll*cols*{esize} at most {ROCM_BYTES_IN_FLIGHT} bytes of B in flight per "
+                f"thread: more spills on gfx11",
+                lambda v: not _fma(v) or (m * v["cols"] <= ROCM_ACCUMULATORS
+                                          and v["unroll"] * v["cols"] * esize
+                                          <= ROCM_BYTES_IN_FLIGHT))
 
 
-def _default(m: int, n: int, k: int, dtype: str, fits) -> dict:
-    """One 16-byte load per row and thread (4 columns of 16-bit storage when the accumulators
-    would not fit), 256 threads, the deepest unroll that fits, and K split until the column
-    tiles times the splits reach TARGET_BLOCKS."""
-    wide = 16 // ELEM_BYTES[dtype]
-    for cols, unroll in [(wide, u) for u in (8, 4, 2, 1)] + [(4, u) for u in (8, 4, 2, 1)]:
-        if fits({"cols": cols, "unroll": unroll, "threads": 256}):
-            break
-    tiles = -(-n // (32 * cols))
+def _split(n: int, k: int, block_n: int) -> int:
+    """K split until the column tiles times the splits reach TARGET_BLOCKS."""
+    tiles = -(-n // block_n)
     split = 1
     while split < SPLITS[-1] and tiles * split < TARGET_BLOCKS and 2 * split * MIN_SPLIT_ROWS <= k:
         split *= 2
-    return {"cols": cols, "threads": 256, "unroll": unroll, "split_k": split}
+    return split
+
+
+def _default(m: int, n: int, k: int, dtype: str, fits) -> dict:
+    """From M = MMA_FROM_M on, where it computes the region: the mma path, 4 column tiles of
+    16 per warp, 128 threads, 4 stages (the fastest of the tilings bench/dtypes.py times, at
+    M = 4 and 16). Otherwise the fma path: one 16-byte load per row and thread (4 columns of
+    16-bit storage when the accumulators would not fit), 256 threads, the deepest unroll that
+    fits. K split until the blocks reach TARGET_BLOCKS."""
+    mma: dict[str, Any] = {"path": "mma", "cols": 4, "threads": 128, "unroll": 4}
+    if m >= MMA_FROM_M and fits(mma):
+        return {**mma, "split_k": _split(n, k, 16 * 4)}
+    wide = 16 // ELEM_BYTES[dtype]
+    for cols, unroll in [(wide, u) for u in (8, 4, 2, 1)] + [(4, u) for u in (8, 4, 2, 1)]:
+        if fits({"path": "fma", "cols": cols, "unroll": unroll, "threads": 256}):
+            break
+    return {"path": "fma", "cols": cols, "threads": 256, "unroll": unroll,
+            "split_k": _split(n, k, 32 * cols)}
 
 
 class GemvLane(GpuLane):
     name = LANE
     precisions = ("f32",)  # products and sums in f32 whatever the storage
     dtypes = ("f32", "f16", "bf16")
-    version = "1"
+    version = "2"
 
     def applies_to(self, region: Region) -> str | None:
         if not isinstance(region, FusedRegion):
@@ -92,21 +118,32 @@ class GemvLane(GpuLane):
                    else (1, 4096, 4096))
         dtype = region.dtype
         esize = ELEM_BYTES[dtype]
+        no_mma = (mma_fits(region) if isinstance(region, FusedRegion)
+                  else "path mma: matmul regions only")
         rules = (
-            Rule(f"cols * {esize} bytes must be whole 16-byte loads of B (or one 8-byte load)",
-                 lambda v: load_bytes(v["cols"], dtype) is not None),
-            Rule(f"threads * cols (one row of the warps' partial sums) at most {PARTIALS_LIMIT} "
-                 f"floats of shared memory",
-                 lambda v: v["threads"] * v["cols"] <= PARTIALS_LIMIT),
+            Rule(no_mma or "path mma: 16-bit storage, N and K multiples of 8",
+                 lambda v: _fma(v) or no_mma is None),
+            Rule(f"path fma: cols * {esize} bytes must be whole 16-byte loads of B (or one "
+                 f"8-byte load)",
+                 lambda v: not _fma(v) or load_bytes(v["cols"], dtype) is not None),
+            Rule(f"path fma: threads * cols (one row of the warps' partial sums) at most "
+                 f"{PARTIALS_LIMIT} floats of shared memory",
+                 lambda v: not _fma(v) or v["threads"] * v["cols"] <= PARTIALS_LIMIT),
             _register_rule(m, esize, platform),
+            Rule(f"path mma: cols (16-column tiles per warp, 8 accumulators each) at most "
+                 f"{MMA_TILES}",
+                 lambda v: _fma(v) or v["cols"] <= MMA_TILES),
             Rule(f"split_k is 1 or leaves every split at least {MIN_SPLIT_ROWS} rows of K",
                  lambda v: v["split_k"] == 1 or v["split_k"] * MIN_SPLIT_ROWS <= k),
-            Rule("shared memory (A chunk or partial sums) at most 32 KiB",
-                 lambda v: plan(m, v).smem_bytes <= 32 * 1024),
+            Rule(f"shared memory at most {FMA_SMEM // 1024} KiB on path fma (A chunk or partial "
+                 f"sums), {MMA_SMEM // 1024} KiB on path mma (unroll stages of 16 * threads/32 "
+                 f"rows, or partial sums)",
+                 lambda v: plan(m, v).smem_bytes <= (FMA_SMEM if _fma(v) else MMA_SMEM)),
         )
         d = _default(m, n, k, dtype, lambda v: all(r.check({**v, "split_k": 1})
                                                     for r in rules))
         tunables = (
+            Tunable("path", PATHS, d["path"]),
             Tunable("cols", COLS, d["cols"]),
             Tunable("threads", THREADS, d["threads"]),
             Tunable("unroll", UNROLLS, d["unroll"]),

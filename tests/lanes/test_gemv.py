@@ -1,6 +1,8 @@
-"""gemv on a GPU: the shared conformance suite, then skinny shapes (M = 1, 3, 16) with odd N and
-K in every storage dtype, every epilogue op, residual and prologue, K split or not, and the
-split's ticket counters surviving many launches. Skips without a GPU."""
+"""gemv on a GPU: the shared conformance suite, then skinny shapes (M = 1, 3, 5, 16) with odd N
+and K in every storage dtype, every epilogue op, residual and prologue, K split or not, both
+paths (the mma path on 16-bit shapes whose N and K are multiples of 8, with column and K tails
+and splits that end past K), and the split's ticket counters surviving many launches. Skips
+without a GPU."""
 
 from __future__ import annotations
 
@@ -27,7 +29,16 @@ SKINNY = (
     FusedRegion(16, 70, 4099, name="m16_narrow_deep", prologue=("tanh",), epilogue=("tanh",),
                 residual=True),
     FusedRegion(5, 8, 1, name="k1", epilogue=("bias", "silu")),
+    # the mma path's shapes: a column tail (1032 = 8 * 129), K tails past a stage, K split in
+    # ranges that end past K
+    FusedRegion(5, 1032, 4104, name="m5_mma_tails", prologue=("silu",),
+                epilogue=("bias", "relu"), residual=True),
+    FusedRegion(16, 264, 56, name="m16_mma_short_k", epilogue=("sigmoid",)),
+    FusedRegion(1, 4096, 1024, name="m1_mma", epilogue=("bias", "gelu")),
 )
+# the mma path's tilings: (16-column tiles per warp, threads, stages)
+MMA = ({"cols": 8, "threads": 128, "unroll": 2}, {"cols": 4, "threads": 64, "unroll": 4},
+       {"cols": 8, "threads": 256, "unroll": 1})
 OPS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
@@ -65,13 +76,18 @@ def _check(lane, region: FusedRegion, config: Config, seeds: int = 1) -> float:
 
 
 def _configs(lane, region: FusedRegion) -> list[Config]:
-    """The default, K unsplit, the deepest valid split, and another column width."""
+    """The default, K unsplit, the deepest valid split, and another column width; on the mma
+    path, where it computes the region, each of MMA unsplit and at the deepest valid split."""
     space = lane.space(region)
     picks = [space.default, space.complete({"split_k": 1})]
-    splits = [c for c in space.configs() if c["cols"] == space.default["cols"]
-              and c["threads"] == space.default["threads"]
-              and c["unroll"] == space.default["unroll"]]
+    splits = [c for c in space.configs()
+              if all(c[k] == space.default[k] for k in ("path", "cols", "threads", "unroll"))]
     picks.append(max(splits, key=lambda c: c["split_k"]))
+    for tiling in MMA:
+        mma = [c for c in space.configs()
+               if c["path"] == "mma" and all(c[k] == v for k, v in tiling.items())]
+        if mma:
+            picks += [min(mma, key=lambda c: c["split_k"]), max(mma, key=lambda c: c["split_k"])]
     for cols in (4, 8, 16):
         cfg = space.complete({"cols": cols, "unroll": 2, "threads": 128})
         if cols != space.default["cols"] and space.violation(cfg) is None:
@@ -96,6 +112,10 @@ def test_every_epilogue_op(lane, op, dtype) -> None:
     _check(lane, region, lane.space(region).default, seeds=2)
     prologue = FusedRegion(4, 131, 67, name=f"pro_{op}", prologue=(op,), dtype=dtype)
     _check(lane, prologue, lane.space(prologue).default)
+    if dtype != "f32":  # the mma path rounds prologue(A) to the storage type
+        mma = FusedRegion(4, 136, 72, name=f"mma_{op}", prologue=(op,), epilogue=("bias", op),
+                          residual=True, dtype=dtype)
+        _check(lane, mma, lane.space(mma).complete({"path": "mma", "cols": 4, "unroll": 2}))
 
 
 def test_split_tickets_reset_across_launches(lane) -> None:

@@ -1,6 +1,7 @@
-"""Compile gate (no GPU needed): gemv variants across M, storage dtypes, column widths, unrolls
-and K splits become gfx1151 ISA with no scratch (clang++-19) and sm_90 PTX with 16-byte loads
-of B (nvcc); the space's defaults and declines hold on both platforms."""
+"""Compile gate (no GPU needed): gemv variants across M, storage dtypes, column widths, unrolls,
+K splits and both paths become gfx1151 ISA with no scratch (clang++-19) and sm_90 PTX (nvcc)
+with 16-byte loads of B on the FMA path, and WMMA / mma.sync fed by 16-byte asynchronous copies
+on the MMA path; the space's defaults and declines hold on both platforms."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ REGIONS = (
 )
 # Axes that change the kernel text: column width (8- and 16-byte loads), unroll, threads, split.
 SPREAD = ({}, {"split_k": 1}, {"unroll": 2, "threads": 128}, {"cols": 16, "unroll": 1},
-          {"cols": 4, "threads": 512, "split_k": 4})
+          {"cols": 4, "threads": 512, "split_k": 4},
+          {"path": "mma", "cols": 8, "threads": 128, "unroll": 2, "split_k": 8},
+          {"path": "mma", "cols": 4, "threads": 256, "unroll": 1, "split_k": 1})
 
 
 def _on(platform: Platform, monkeypatch) -> None:
@@ -51,6 +54,8 @@ def _variants(platform: Platform) -> list[tuple[FusedRegion, Config]]:
 
 def _vector_bytes(region: FusedRegion, config: Config) -> int:
     """Bytes per load of B the kernel should use: 0 where rows of B are not vector-aligned."""
+    if config["path"] == "mma":
+        return 16
     size = load_bytes(config["cols"], region.dtype)
     return size if size and region.N % (size // ELEM_BYTES[region.dtype]) == 0 else 0
 
@@ -75,6 +80,7 @@ def test_defaults_valid_and_axes_covered(platform, monkeypatch) -> None:
     assert len(configs) >= 12
     assert {c["split_k"] for c in configs} >= {1, 4}
     assert len({c["cols"] for c in configs}) >= 2
+    assert {c["path"] for c in configs} == {"fma", "mma"}
 
 
 def test_declines_what_it_does_not_compute() -> None:
@@ -99,6 +105,8 @@ def test_gfx1151_isa_has_no_scratch(part, monkeypatch) -> None:
         assert re.search(r"\.amdhsa_private_segment_fixed_size\s+0\b", asm), where
         if vector:
             assert re.search(rf"global_load_b{8 * vector}\b", asm), f"{where}: no vector loads"
+        if config["path"] == "mma":
+            assert "v_wmma_f32_16x16x16" in asm, f"{where}: no WMMA"
 
 
 @pytest.mark.skipif(toolchain().nvcc is None, reason="nvcc not installed: no PTX")
@@ -108,9 +116,26 @@ def test_sm90_ptx_loads_b_in_vectors(part, monkeypatch) -> None:
     for name, config, vector, ptx in _compile_all(Platform.CUDA, part):
         where = f"{name} [{config}]"
         assert ".entry" in ptx and "gemv_kernel" in ptx, where
-        if vector:
+        if config["path"] == "mma":
+            assert "mma.sync.aligned.m16n8k16" in ptx, f"{where}: no mma.sync"
+            assert "cp.async.cg.shared.global" in ptx, f"{where}: no asynchronous copies of B"
+        elif vector:
             width = "v4" if vector == 16 else "v2"
             assert re.search(rf"ld\.global(\.nc)?\.{width}\.(u32|b32|f32)", ptx), (
                 f"{where}: no {vector}-byte loads of B")
         if config["split_k"] > 1:
             assert "atom.global.add.u32" in ptx or "atom.add" in ptx, f"{where}: no ticket"
+
+
+def test_mma_path_only_where_it_computes() -> None:
+    """The tensor-core path is offered for 16-bit storage with N and K in whole 16-byte rows,
+    and its rules say why elsewhere."""
+    bf16 = lane.space(FusedRegion(16, 4096, 4096, dtype="bf16"))
+    assert any(c["path"] == "mma" for c in bf16.configs())
+    assert bf16.violation(bf16.complete({"path": "mma", "cols": 16})) is not None
+    for region, why in ((FusedRegion(16, 4096, 4096), "16-bit"),
+                        (FusedRegion(16, 4100, 4096, dtype="f16"), "multiples of 8"),
+                        (FusedRegion(16, 4096, 4100, dtype="bf16"), "multiples of 8")):
+        space = lane.space(region)
+        assert not any(c["path"] == "mma" for c in space.configs()), region
+        assert why in space.violation(space.complete({"path": "mma", "cols": 8})), region
