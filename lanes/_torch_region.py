@@ -25,14 +25,15 @@ from arbiter.lane import (
     Platform,
     Reduction,
     Region,
+    Tunable,
     input_shapes,
     time_host,
     validate_inputs,
     validate_output,
 )
 
-__all__ = ["TorchRunner", "compute", "gpu_build", "region_of", "set_tf32", "storage_dtype",
-           "torch_module", "usable_torch"]
+__all__ = ["TF32_BUDGET", "TorchRunner", "compute", "gpu_build", "region_of", "set_tf32",
+           "storage_dtype", "tf32_tunable", "torch_module", "usable_torch"]
 
 Tensors = Mapping[str, Any]
 
@@ -70,6 +71,20 @@ def gpu_build(torch: Any) -> Platform:
 def set_tf32(allowed: bool) -> None:
     """TF32 tensor-core matmuls for float32 on CUDA (a process-wide switch in torch)."""
     torch_module().backends.cuda.matmul.allow_tf32 = allowed
+
+
+# TF32 matmuls err by about 2e-4 of the norm on unit-variance data (2.1e-4 measured on the
+# H200 at 4096x4096x1024): from this budget on (the f32 default) they are the default, as
+# 16-bit operands are wmma_gemm's. A sweep of a few trials over many lanes measures little but
+# the defaults, and the fast config is the one a lane must not leave unmeasured.
+TF32_BUDGET = 1e-3
+
+
+def tf32_tunable(region: Region) -> Tunable:
+    """The `tf32` tunable of a float32 matmul region: on by default where the region's budget
+    admits TF32's error."""
+    budget = region.budget if region.budget is not None else region.default_budget
+    return Tunable("tf32", (False, True), budget >= TF32_BUDGET)
 
 
 def _pointwise(torch: Any) -> dict[str, Callable[[Any], Any]]:

@@ -37,7 +37,7 @@ from arbiter.lane import (
     Tunable,
 )
 
-from .._torch_region import gpu_build, usable_torch
+from .._torch_region import gpu_build, tf32_tunable, usable_torch
 from .build import build
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class InductorLane:
             return Space((Tunable("mode", ("default",), "default"),))
         tunables = [Tunable("mode", MODES, MODES[0])]
         if isinstance(region, (FusedRegion, GatedRegion)) and region.dtype == "f32":
-            tunables.append(Tunable("tf32", (False, True), False))
+            tunables.append(tf32_tunable(region))
         return Space(tuple(tunables))
 
     def emit(self, region: Region, config: Config) -> KernelSource:

@@ -23,7 +23,6 @@ from arbiter.lane import (
     Platform,
     Region,
     Space,
-    Tunable,
 )
 
 from .._gpu.detect import gpu_platform
@@ -32,6 +31,7 @@ from .._torch_region import (
     compute,
     gpu_build,
     set_tf32,
+    tf32_tunable,
     torch_module,
     usable_torch,
 )
@@ -74,9 +74,7 @@ class TorchLane:
 
     def space(self, region: Region) -> Space:
         if isinstance(region, (FusedRegion, GatedRegion)) and region.dtype == "f32":
-            # TF32 tensor-core matmul: ~3e-4 relative error on unit-variance data, inside the
-            # default budget; the search decides whether it is worth it.
-            return Space((Tunable("tf32", (False, True), False),))
+            return Space((tf32_tunable(region),))
         return Space()
 
     def emit(self, region: Region, config: Config) -> KernelSource:

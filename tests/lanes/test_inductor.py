@@ -148,3 +148,16 @@ def test_one_process_compiles_more_regions_than_dynamos_recompile_limit(lane: La
         runner = InductorRunner(region, Config.of(mode="default"), lane.device, str(tmp_path))
         verdict, log = verify(runner, region, budget_of(region, None), [secrets.randbits(31)])
         assert verdict.status is Status.OK, f"region {n}: {verdict.detail}\n{log}"
+
+
+def test_gpu_space_tf32_default_follows_the_budget(lane: Lane, monkeypatch) -> None:
+    """On a GPU the float32 matmul regions search TF32 too, on by default at the f32 budget
+    (the torch lane's rule), off under a tighter one."""
+    import importlib
+
+    module = importlib.import_module("arbiter.lanes.inductor.lane")
+    monkeypatch.setattr(module, "_probe", lambda: (None, Platform.CUDA, "torch (test) cuda"))
+    assert lane.space(FUSED).default.as_dict() == {"mode": "max-autotune-no-cudagraphs",
+                                                   "tf32": True}
+    tight = FusedRegion(FUSED.M, FUSED.N, FUSED.K, epilogue=FUSED.epilogue, budget=1e-5)
+    assert lane.space(tight).default["tf32"] is False

@@ -22,3 +22,17 @@ def test_reports_unavailable_with_reason_without_gpu_torch():
         assert not av and "torch not installed" in av.reason
     assert av.reason
     assert lane.platform.value in ("rocm", "cuda")
+
+
+def test_tf32_is_the_default_where_the_budget_admits_it():
+    """A sweep of few trials measures little but each lane's defaults: TF32 matmuls (about
+    2e-4 error) are the torch lane's default at the f32 budget, not under a tighter one, and
+    16-bit regions have no such tunable."""
+    from arbiter import FusedRegion
+
+    lane = get_lane("torch")
+    assert lane.space(FusedRegion(64, 64, 64)).default["tf32"] is True
+    assert lane.space(FusedRegion(64, 64, 64, budget=1e-4)).default["tf32"] is False
+    assert {c["tf32"] for c in lane.space(FusedRegion(64, 64, 64, budget=1e-4)).configs()} \
+        == {False, True}
+    assert lane.space(FusedRegion(64, 64, 64, dtype="bf16")).tunables == ()
