@@ -274,3 +274,20 @@ def test_attention_blocks_of_rows_match_the_whole_formula(causal, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert (region.causal_offset is None or region.causal_offset >= 0
             or np.all(got[:, :, :-region.causal_offset] == 0.0))
+
+
+def test_matmul_blocks_of_rows_give_the_whole_product(monkeypatch):
+    """Matmul and gated references go a block of rows at a time: blocks of 3 rows give what
+    one block of every row gives (the product's sums may round apart in the last bit)."""
+    from arbiter import GatedRegion
+    from arbiter.check import _oracle
+
+    regions = (FusedRegion(37, 29, 13, prologue=("silu",), epilogue=("bias", "gelu"),
+                           residual=True, reduction="layer_norm"),
+               GatedRegion(37, 29, 13, activation="gelu", bias=True))
+    for region in regions:
+        arrays = random_inputs(region, np.random.default_rng().integers(1 << 30))
+        monkeypatch.setattr(_oracle, "MATMUL_BLOCK_ELEMENTS", 37 * 29)
+        whole = reference(region, arrays)
+        monkeypatch.setattr(_oracle, "MATMUL_BLOCK_ELEMENTS", 3 * 29)
+        np.testing.assert_allclose(reference(region, arrays), whole, rtol=1e-13, atol=1e-13)
