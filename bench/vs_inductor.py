@@ -539,6 +539,10 @@ def summarize(regions: list[dict[str, Any]], tune_s: float, startup_s: float) ->
         "never_slower_unresolved": [r["region"] for r in regions if r["never_slower"] is False
                                     and r["ratios"]["winner/inductor"]["verdict"] == UNRESOLVED],
         "never_slower_unmeasured": [r["region"] for r in regions if r["never_slower"] is None],
+        # of the failed, those whose winner is the inductor lane: the same function compiled
+        # again, where max-autotune's own benchmarking may settle on other kernels
+        "never_slower_self": [r["region"] for r in regions if r["never_slower"] is False
+                              and r["arbiter"].get("lane") == "inductor"],
         "tune_s": tune_s, "inductor_compile_s": compile_s, "inductor_startup_s": startup_s,
         "geomean_own_vs_inductor": {}, "geomean_winner_vs_inductor": {},
     }
@@ -609,7 +613,10 @@ def markdown(results: dict[str, Any]) -> str:
             ("under 1 but unresolved (neither slower nor a tie at 99.4%)",
              s["never_slower_unresolved"])) if names)
         + (f"; not measured: {', '.join(s['never_slower_unmeasured'])}"
-           if s["never_slower_unmeasured"] else "") + ".",
+           if s["never_slower_unmeasured"] else "") + "."
+        + (f" Of those short of it, {len(s['never_slower_self'])} declared the inductor lane "
+           f"itself, another compile of the same function: {', '.join(s['never_slower_self'])}."
+           if s.get("never_slower_self") else ""),
         "- Geomean of the best own lane over Inductor on the fused chains: "
         + ", ".join(f"{d} {_n(g, '{:.2f}x')}" for d, g in geo.items())
         + " (target above 1.2x); of the winner: "

@@ -101,3 +101,7 @@ def test_merge_of_the_recorded_h200_parts_tells_unresolved_from_slower():
               if n not in summary["never_slower_unresolved"]]
     assert "under 1 but unresolved" in merged.stdout
     assert ("; slower: " + ", ".join(slower)) in merged.stdout
+    assert summary["never_slower_self"] == [
+        n for n in summary["never_slower_failed"]
+        if next(r for r in regions if r["region"] == n)["arbiter"]["lane"] == "inductor"]
+    assert "declared the inductor lane itself" in merged.stdout
