@@ -204,7 +204,8 @@ def _rounds(runners: dict[int, Runner], sets: list, t: Timing, load: Load,
     samples: dict[int, list[float]] = {i: [] for i in runners}
     live = set(runners)  # still timed
     start = time.monotonic()
-    rounds, look, waited, busy = 0, t.min_rounds, 0.0, None
+    # a lone finalist has no one to be told apart from: its rounds end at the sweep's count
+    rounds, look, waited, busy = 0, t.min_rounds if len(runners) > 1 else t.rounds, 0.0, None
     rng = random.Random()
     while live:
         waited += load.quiet(t.wait / 4)[1]

@@ -136,6 +136,18 @@ def test_finalists_are_timed_in_rounds_that_line_up(fakes):
     assert b.latency == pytest.approx(tiny.latency(configs[1]), rel=0.02)
 
 
+def test_a_lone_finalist_takes_the_sweeps_rounds_not_the_finals(fakes):
+    """With nothing to be told apart from, one finalist (the other failed its check) is timed
+    for the sweep's rounds, not the first look of the interleaved ones."""
+    entries = [("fake_tiny", _built("fake_tiny", Config.of(block=4, unroll=2, fast=False))),
+               ("fake_garbage", _built("fake_garbage"))]
+    timing = Timing(wait=0.0, rounds=3, min_rounds=10, max_rounds=40)
+    with Worker(timeout=60) as w:
+        lone, garbage = w.finals(REGION, entries, 1e-3, seeds=fresh_seeds(), timing=timing)
+    assert garbage.status is Status.WRONG_RESULT
+    assert lone.status is Status.OK and len(lone.samples) == 3 * ROUND_CALLS
+
+
 def test_a_finalist_whose_clock_fails_in_a_later_round_is_left_out(fakes):
     entries = [("fake_bad_clock", _built("fake_bad_clock", Config.of(clock=c)))
                for c in ("ok", "nan_later")]
