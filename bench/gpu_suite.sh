@@ -13,7 +13,8 @@
 #       (bench/vs_inductor.py: tune, then each region re-timed against torch.compile and eager);
 #       PART: one of its PARTS (two regions each, estimated 4-8 min: rows-a, rows-b, mm-a, mm-b,
 #       mm-c, attn-d64, attn-d128), a group or region names; DTYPE: f32 or bf16. The part's JSON
-#       is written after every region, so a part cut short keeps what it finished.
+#       is written after every region, so a part cut short keeps what it finished. DB_DIR=/tmp
+#       keeps the tune's database out of $OUT (fewer files to bring back from a device).
 #   OUT=/tmp/gpu bash bench/gpu_suite.sh vs_inductor  # one table from the parts' JSON in $OUT
 # Records land in $OUT/*.db, the tables in $OUT/*.txt and *.json.
 set -uo pipefail
@@ -73,9 +74,10 @@ for step in "$@"; do
     vs_inductor:*)
       IFS=: read -r _ part dtype <<<"$step"
       name=vs_inductor.${part//,/-}.${dtype:-f32}
-      rm -f "$out/$name.db"
+      db=${DB_DIR:-$out}/$name.db
+      rm -f "$db"
       timeout 540 python3 bench/vs_inductor.py --regions "$part" --dtypes "${dtype:-f32}" \
-        --db "$out/$name.db" --out "$out/$name.json" >"$out/$name.md" 2>"$out/$name.err"
+        --db "$db" --out "$out/$name.json" >"$out/$name.md" 2>"$out/$name.err"
       echo "$step: rc=$? in $((SECONDS - t0)) s"; grep "^vs_inductor: " "$out/$name.err" ;;
     vs_inductor)
       python3 bench/vs_inductor.py --merge "$out"/vs_inductor.*.json \
