@@ -15,8 +15,8 @@ cache than the lanes' two, so the ratios lean towards the baseline):
   decode     the decode lane (split-KV) and fa2, bf16 seq_q 1 over 4k..32k keys, against SDPA
              (its default backend choice), with GB/s of Q/K/V/O traffic
   gemv       the gemv lane, bf16 M = 1, 4, 16 x N = K = 4096, 8192 + bias + gelu, against torch
-             (matmul + bias + gelu eager), with GB/s of A/B/bias/out traffic: its default (the
-             FMA path) and the fastest of a few tensor-core (mma path) tilings and K splits
+             (matmul + bias + gelu eager), with GB/s of A/B/bias/out traffic: its default and
+             the fastest of a few tilings and K splits of each path (fma, mma)
 Copy bandwidth is measured in the same run (a 1 GiB device-to-device torch copy, read +
 write bytes over the median time), so "x of copy" is a ratio measured beside the result.
 Writes dtypes.json and dtypes.md under --out (default $OUT, else .) and prints the tables.
@@ -125,15 +125,20 @@ def candidate(lane_name: str, region: Region, config: dict | None, sets) -> dict
 
 
 def fastest_per_path(rows: list[dict]) -> list[dict]:
-    """The rows, with each lane's mma-path configs (gemv's tilings) as one: the fastest timed
-    one, noting how many were tried and why any was not timed."""
+    """The rows, with a lane's configs of one path (gemv's fma and mma tilings) after its
+    first row (its default) as one: the fastest timed one, noting how many were tried and
+    why any was not timed."""
     out: list[dict] = []
     groups: dict[str, list[dict]] = {}
+    seen: set[str] = set()
     for r in rows:
-        if "path=mma" not in r.get("config", ""):
+        config = r.get("config", "")
+        path = next((p for p in ("fma", "mma") if f"path={p}" in config), None)
+        if path is None or r["lane"] not in seen:
+            seen.add(r["lane"])
             out.append(r)
             continue
-        name = f"{r['lane']} (mma)"
+        name = f"{r['lane']} ({path})"
         if name not in groups:
             groups[name] = []
             out.append({"group": name})
@@ -170,8 +175,11 @@ FA2_CONFIGS = [{}, {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 
                {"staging": "prepass", "warps": 8, "block_q": 128, "block_k": 64, "stages": 2},
                {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 64, "stages": 3},
                {"staging": "inline", "warps": 8, "block_q": 128, "block_k": 64, "stages": 2}]
-# gemv's tensor-core path: (16-column tiles per warp, threads, stages) x K splits; the table
-# shows the fastest of them
+# gemv's two paths beside its default: the fma path's former default tiling and the tensor-core
+# path's (16-column tiles per warp, threads, stages), each at a few K splits; the table shows
+# the fastest of each path
+GEMV_FMA = [{"path": "fma", "cols": 8, "threads": 256, "unroll": 8, "split_k": s}
+            for s in (4, 8, 16, 32)]
 GEMV_MMA = [{"path": "mma", "cols": c, "threads": t, "unroll": u, "split_k": s}
             for c, t, u in ((8, 128, 2), (8, 64, 4), (4, 128, 4), (4, 64, 4), (8, 256, 1))
             for s in (4, 8, 16, 32)]
@@ -238,7 +246,7 @@ def plans(parts: set[str], quick: bool) -> list[dict]:
             for m in (1, 4, 16):
                 r = FusedRegion(m, n, n, epilogue=("bias", "gelu"), dtype="bf16")
                 out.append({"region": r, "jobs": [("gemv", None)] + [("gemv", c) for c in
-                                                                      GEMV_MMA]
+                                                                      GEMV_FMA + GEMV_MMA]
                             + [("wmma_gemm", None)],
                             "baseline": "torch matmul+bias+gelu bf16",
                             "call": _matmul_bias_gelu, "bytes": traffic(r)})
