@@ -25,7 +25,7 @@ DEFAULT_BUDGETS = {"f32": 1e-3, "f16": 2e-3, "bf16": 1e-2}
 @cache
 def numpy_dtype(name: str) -> np.dtype:
     if name == "bf16":
-        import ml_dtypes  # its extension takes about a second to load: only when bf16 is met
+        import ml_dtypes  # a slow extension to load: only in processes that meet bf16
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype({"f32": np.float32, "f16": np.float16}[name])

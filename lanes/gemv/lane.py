@@ -41,8 +41,8 @@ MIN_SPLIT_ROWS = 16  # rows of K a split walks at least
 CUDA_REGS = 240
 ROCM_ACCUMULATORS = 64
 ROCM_BYTES_IN_FLIGHT = 128
-# The mma path by default from this M on: on the H200 (bf16, N = K = 4096 and 8192) it took
-# 0.81-0.42x the fma path's time at M = 4 and 16, but 0.97-1.05x at M = 1.
+# The mma path by default from this M on: faster than the fma path at M = 4 and 16 on the H200,
+# not at M = 1 (BENCHMARKS.md, "16-bit tensors and inference shapes").
 MMA_FROM_M = 4
 # Blocks worth having in flight: two per SM on the H200 (132 SMs), several per WGP on gfx1151.
 TARGET_BLOCKS = 256
