@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from arbiter.check import budget_of
 from arbiter.lane import (
     HOST_METHOD,
     AttentionRegion,
@@ -83,8 +84,7 @@ TF32_BUDGET = 1e-3
 def tf32_tunable(region: Region) -> Tunable:
     """The `tf32` tunable of a float32 matmul region: on by default where the region's budget
     admits TF32's error."""
-    budget = region.budget if region.budget is not None else region.default_budget
-    return Tunable("tf32", (False, True), budget >= TF32_BUDGET)
+    return Tunable("tf32", (False, True), budget_of(region) >= TF32_BUDGET)
 
 
 def _pointwise(torch: Any) -> dict[str, Callable[[Any], Any]]:

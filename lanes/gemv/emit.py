@@ -20,8 +20,8 @@ from arbiter.lane import Config, EmitError, FusedRegion, KernelSource, Platform,
 from .._gpu.abi import REBUILD, runner_table, store_defines
 from .._scalar_body import epilogue_function, prologue_function
 
-__all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "PATHS", "Plan", "emit", "load_bytes",
-           "mma_fits", "plan"]
+__all__ = ["A_CHUNK_FLOATS", "ELEM_BYTES", "LANE", "MAX_M", "PATHS", "Plan", "block_n", "emit",
+           "load_bytes", "mma_fits", "plan"]
 
 LANE = "gemv"
 MAX_M = 16
@@ -48,21 +48,27 @@ class Plan:
         return 4 * self.smem_floats
 
 
+def block_n(config: Config | Mapping[str, Any]) -> int:
+    """Columns of B a block owns: 32 lanes x cols on the fma path, cols tiles of 16 on the
+    mma path (gemv_kernel.hip's BLOCK_N)."""
+    return (16 if config.get("path", "fma") == "mma" else 32) * int(config["cols"])
+
+
 def plan(m: int, config: Config | Mapping[str, Any]) -> Plan:
     threads, cols, unroll = (int(config[k]) for k in ("threads", "cols", "unroll"))
     warps = threads // 32
     if config.get("path", "fma") == "mma":
         # unroll stages of 16 rows per warp: A's 16 x KT tile and B's KT x 16*cols, each row
         # padded by 8 elements of 2 bytes
-        kt, block_n = 16 * warps, 16 * cols
-        stage_bytes = 2 * (16 * (kt + 8) + kt * (block_n + 8))
-        row = warps * block_n
+        kt = 16 * warps
+        stage_bytes = 2 * (16 * (kt + 8) + kt * (block_n(config) + 8))
+        row = warps * block_n(config)
         rm = max(1, min(m, A_CHUNK_FLOATS // row))
         return Plan(0, rm, max(-(-unroll * stage_bytes // 4), rm * row))
     mp = (m + 3) // 4 * 4
     step = warps * unroll
     kc = max(step, A_CHUNK_FLOATS // mp // step * step)
-    row = threads * cols  # one row of M of every warp's partial sums
+    row = warps * block_n(config)  # one row of M of every warp's partial sums
     rm = max(1, min(m, A_CHUNK_FLOATS // row))
     return Plan(kc, rm, max(kc * mp, rm * row))
 

@@ -20,7 +20,7 @@ from arbiter.lane import (
 )
 
 from .._gpu.lane import GpuLane
-from .emit import ELEM_BYTES, LANE, MAX_M, PATHS, load_bytes, mma_fits, plan
+from .emit import ELEM_BYTES, LANE, MAX_M, PATHS, block_n, load_bytes, mma_fits, plan
 from .emit import emit as _emit
 
 __all__ = ["GemvLane", "lane"]
@@ -71,9 +71,9 @@ def _register_rule(m: int, esize: int, platform: Platform) -> Rule:
                                           <= ROCM_BYTES_IN_FLIGHT))
 
 
-def _split(n: int, k: int, block_n: int) -> int:
+def _split(n: int, k: int, config: dict[str, Any]) -> int:
     """K split until the column tiles times the splits reach TARGET_BLOCKS."""
-    tiles = -(-n // block_n)
+    tiles = -(-n // block_n(config))
     split = 1
     while split < SPLITS[-1] and tiles * split < TARGET_BLOCKS and 2 * split * MIN_SPLIT_ROWS <= k:
         split *= 2
@@ -88,13 +88,13 @@ def _default(m: int, n: int, k: int, dtype: str, fits) -> dict:
     fits. K split until the blocks reach TARGET_BLOCKS."""
     mma: dict[str, Any] = {"path": "mma", "cols": 4, "threads": 128, "unroll": 4}
     if m >= MMA_FROM_M and fits(mma):
-        return {**mma, "split_k": _split(n, k, 16 * 4)}
+        return {**mma, "split_k": _split(n, k, mma)}
     wide = 16 // ELEM_BYTES[dtype]
     for cols, unroll in [(wide, u) for u in (8, 4, 2, 1)] + [(4, u) for u in (8, 4, 2, 1)]:
         if fits({"path": "fma", "cols": cols, "unroll": unroll, "threads": 256}):
             break
-    return {"path": "fma", "cols": cols, "threads": 256, "unroll": unroll,
-            "split_k": _split(n, k, 32 * cols)}
+    fma: dict[str, Any] = {"path": "fma", "cols": cols, "threads": 256, "unroll": unroll}
+    return {**fma, "split_k": _split(n, k, fma)}
 
 
 class GemvLane(GpuLane):
