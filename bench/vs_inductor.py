@@ -54,6 +54,7 @@ from arbiter.region import input_shapes, numpy_dtype, output_shape
 OWN_LANES = ("hip_scalar", "wmma_gemm", "fa2", "gemv", "decode", "x86_c", "triton")
 MODE = "max-autotune-no-cudagraphs"
 DTYPES = ("f32", "bf16")
+DRIFT = 0.10  # the winner re-timed here vs its record: reported past this
 SLOWER = "slower"  # a ratio's interval wholly under 1 (compare_rounds calls it unresolved)
 
 
@@ -287,6 +288,22 @@ def best_own(url: str, region: Region, budget: float) -> tuple[str, dict[str, An
 # --------------------------------------------------------------------------- the contenders
 
 
+def forget_loaded_kernels() -> None:
+    """Drop Inductor's in-process table of loaded Triton kernels, keyed by their source. The
+    reference compile just loaded this region's kernels and tuned their launch configs on
+    their first calls (max-autotune's coordinate descent); without this, the inductor lane's
+    runner, loading the same sources from its build's cache, would be handed those kernel
+    objects and time the reference's tuning instead of its build's. Functions compiled
+    before keep the kernels they hold."""
+    if "torch" not in sys.modules:
+        return
+    try:
+        from torch._inductor.async_compile import CompiledTritonKernels
+    except ImportError:  # (a torch without it shares nothing this way)
+        return
+    CompiledTritonKernels.cache_clear()
+
+
 @contextlib.contextmanager
 def lane_side_effects() -> Iterator[None]:
     """A lane runner loaded here may set Inductor's cache folder and one compile thread in
@@ -296,6 +313,7 @@ def lane_side_effects() -> Iterator[None]:
     the first reference compile, before any lane runner loads.)"""
     names = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
     before = {n: os.environ.get(n) for n in names}
+    forget_loaded_kernels()
     try:
         yield
     finally:
@@ -524,6 +542,13 @@ def geomean(xs: Sequence[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
 
 
+def record_ratio(r: dict[str, Any]) -> float | None:
+    """The winner's latency in this bench over the latency the tune recorded for it."""
+    here = (r["contenders"].get("winner") or {}).get("latency_ms")
+    recorded = r["arbiter"].get("latency_ms")
+    return here / recorded if here and recorded else None
+
+
 def summarize(regions: list[dict[str, Any]], tune_s: float, startup_s: float) -> dict:
     def ratio(r: dict, pair: str) -> float | None:
         v = r["ratios"].get(pair)
@@ -543,6 +568,9 @@ def summarize(regions: list[dict[str, Any]], tune_s: float, startup_s: float) ->
         # again, where max-autotune's own benchmarking may settle on other kernels
         "never_slower_self": [r["region"] for r in regions if r["never_slower"] is False
                               and r["arbiter"].get("lane") == "inductor"],
+        # the winner's time here over the tune's record of it, where they differ past DRIFT
+        "record_drift": [(r["region"], x) for r in regions
+                         if (x := record_ratio(r)) is not None and abs(x - 1) > DRIFT],
         "tune_s": tune_s, "inductor_compile_s": compile_s, "inductor_startup_s": startup_s,
         "geomean_own_vs_inductor": {}, "geomean_winner_vs_inductor": {},
     }
@@ -585,17 +613,18 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Timing: {results['parts'][0]['timing']}",
         "",
-        "| region | winner | winner ms | Inductor ms | eager ms | winner vs Inductor "
+        "| region | winner | recorded ms | winner ms | Inductor ms | eager ms | winner vs Inductor "
         "| vs eager | best own lane | own vs Inductor | Inductor compile s | tune s "
         "| never slower |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["regions"]:
         c = r["contenders"]
         own = c.get("own")
         lines.append(
             f"| {r['region']} | {c['winner']['label'] if 'winner' in c else '-'} "
-            f"| {_ms(c.get('winner'))} | {_ms(c.get('inductor'))} | {_ms(c.get('eager'))} "
+            f"| {_n(r['arbiter'].get('latency_ms'), '{:.4g}')} | {_ms(c.get('winner'))} "
+            f"| {_ms(c.get('inductor'))} | {_ms(c.get('eager'))} "
             f"| {_x(r['ratios'].get('winner/inductor'))} | {_x(r['ratios'].get('winner/eager'))} "
             f"| {own['label'] if own else '-'} | {_x(r['ratios'].get('own/inductor'))} "
             f"| {_n(r['inductor_compile_s'], '{:.1f}')} | {_n(r.get('tune_s'), '{:.0f}')} "
@@ -621,6 +650,10 @@ def markdown(results: dict[str, Any]) -> str:
         + ", ".join(f"{d} {_n(g, '{:.2f}x')}" for d, g in geo.items())
         + " (target above 1.2x); of the winner: "
         + ", ".join(f"{d} {_n(g, '{:.2f}x')}" for d, g in geo_w.items()) + ".",
+        "- The winner re-timed here against the latency the tune recorded for it: "
+        + (", ".join(f"{n} {x:.2f}x" for n, x in s["record_drift"])
+           + f" (more than {100 * DRIFT:g}% apart; the others within it)"
+           if s.get("record_drift") else f"all within {100 * DRIFT:g}%") + ".",
         f"- Tuning (all regions, cold build cache): **{s['tune_s']:.0f} s**; Inductor's "
         f"compiles (`{mode}`, cold cache): **{s['inductor_compile_s']:.0f} s** "
         f"(+ {s['inductor_startup_s']:.1f} s starting Inductor once per process).",

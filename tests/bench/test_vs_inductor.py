@@ -105,3 +105,21 @@ def test_merge_of_the_recorded_h200_parts_tells_unresolved_from_slower():
         n for n in summary["never_slower_failed"]
         if next(r for r in regions if r["region"] == n)["arbiter"]["lane"] == "inductor"]
     assert "declared the inductor lane itself" in merged.stdout
+
+
+def test_merge_reports_winners_whose_retiming_left_their_record():
+    """The winner's time in the bench against the latency the tune recorded: those more than
+    DRIFT apart are named with their ratio, and only those."""
+    vs = _module()
+    regions = [r for p in sorted((SCRIPT.parent / "results").glob("vs_inductor.*.json"))
+               for r in json.loads(p.read_text())["regions"]]
+    drift = dict(vs.summarize(regions, 0.0, 0.0)["record_drift"])
+    for r in regions:
+        here = r["contenders"]["winner"]["latency_ms"]
+        x = here / r["arbiter"]["latency_ms"]
+        assert (r["region"] in drift) == (abs(x - 1) > vs.DRIFT), r["region"]
+        if r["region"] in drift:
+            assert drift[r["region"]] == pytest.approx(x)
+    text = vs.markdown(vs.merge(
+        [str(p) for p in sorted((SCRIPT.parent / "results").glob("vs_inductor.*.json"))]))
+    assert all(f"{n} {x:.2f}x" in text for n, x in drift.items())
