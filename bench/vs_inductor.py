@@ -288,22 +288,6 @@ def best_own(url: str, region: Region, budget: float) -> tuple[str, dict[str, An
 # --------------------------------------------------------------------------- the contenders
 
 
-def forget_loaded_kernels() -> None:
-    """Drop Inductor's in-process table of loaded Triton kernels, keyed by their source. The
-    reference compile just loaded this region's kernels and tuned their launch configs on
-    their first calls (max-autotune's coordinate descent); without this, the inductor lane's
-    runner, loading the same sources from its build's cache, would be handed those kernel
-    objects and time the reference's tuning instead of its build's. Functions compiled
-    before keep the kernels they hold."""
-    if "torch" not in sys.modules:
-        return
-    try:
-        from torch._inductor.async_compile import CompiledTritonKernels
-    except ImportError:  # (a torch without it shares nothing this way)
-        return
-    CompiledTritonKernels.cache_clear()
-
-
 @contextlib.contextmanager
 def lane_side_effects() -> Iterator[None]:
     """A lane runner loaded here may set Inductor's cache folder and one compile thread in
@@ -313,7 +297,6 @@ def lane_side_effects() -> Iterator[None]:
     the first reference compile, before any lane runner loads.)"""
     names = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
     before = {n: os.environ.get(n) for n in names}
-    forget_loaded_kernels()
     try:
         yield
     finally:
