@@ -15,9 +15,10 @@ attention b4 h16 S4096, d64 and d128, causal and not), in each storage dtype:
    and inductor lanes run), its first call timed as Inductor's compile time (cold: a fresh
    Inductor cache), and the same function eagerly;
 3. the declared winner and the fastest candidate of a first-party kernel lane (OWN_LANES) are
-   loaded from the build cache the tune filled, every contender is checked against the
-   float64 oracle on one input set and then timed in the same interleaved rounds, the
-   finalists' method of docs/timing.md; the ratios and the tie rule are the core's own
+   loaded from the build cache the tune filled, in a process of their own as the tune's worker
+   had them (`LaneProcess`); every contender is checked against the float64 oracle on one
+   input set and then timed in the same interleaved rounds, the finalists' method of
+   docs/timing.md; the ratios and the tie rule are the core's own
    (`arbiter.measure.compare_rounds`, the band `choose.py` decides ties with).
 
 Both sides start cold: the arbiter's build cache is a fresh folder too (`--cache-dir` keeps
@@ -32,15 +33,17 @@ import datetime
 import json
 import math
 import os
+import pickle
 import platform
 import random
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,25 +291,6 @@ def best_own(url: str, region: Region, budget: float) -> tuple[str, dict[str, An
 # --------------------------------------------------------------------------- the contenders
 
 
-@contextlib.contextmanager
-def lane_side_effects() -> Iterator[None]:
-    """A lane runner loaded here may set Inductor's cache folder and one compile thread in
-    the environment (the inductor lane does, for its worker): put back this process's, so the
-    reference compiles after it stay cold and the tunes' build processes compile in parallel.
-    (This process's own thread count was read when Inductor's config was first imported, by
-    the first reference compile, before any lane runner loads.)"""
-    names = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
-    before = {n: os.environ.get(n) for n in names}
-    try:
-        yield
-    finally:
-        for n, value in before.items():
-            if value is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = value
-
-
 def lane_contender(role: str, lane_name: str, config: dict[str, Any],
                    region: Region) -> Contender:
     from arbiter.lane import get_lane
@@ -323,6 +307,137 @@ def lane_contender(role: str, lane_name: str, config: dict[str, Any],
     except Exception as e:  # noqa: BLE001  (what the worker would record as launch_failed)
         c.status, c.note = "launch_failed", f"{type(e).__name__}: {e}"[:300]
     return c
+
+
+SERVE = "--serve-lanes"  # this script as the lane process
+
+
+class LaneProcess:
+    """The lane contenders of one region in a process of their own, as the tune's worker had
+    them. Beside the reference compiles of this process they would not be what the tune
+    timed: within a process Inductor shares loaded Triton kernels by their source, with the
+    launch tuning of whoever loaded them first. The process makes the region's input sets and
+    their reference itself, from the same seeds as this one."""
+
+    def __init__(self, region: Region, n_sets: int, budget: float) -> None:
+        self.start = {"region": region, "n_sets": n_sets, "budget": budget}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _started(self) -> None:
+        """A process that has ended (a lane crashed it) is replaced for the next contender."""
+        if self.proc is None or self.proc.poll() is not None:
+            env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), SERVE],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            self.ask("start", **self.start)
+
+    def ask(self, op: str, **request: Any) -> Any:
+        assert self.proc is not None and self.proc.stdin and self.proc.stdout
+        try:
+            pickle.dump({"op": op, **request}, self.proc.stdin)
+            self.proc.stdin.flush()
+            reply = pickle.load(self.proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            raise RuntimeError(f"the lane process ended (exit {self.proc.wait()})") from None
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply["ok"]
+
+    def contender(self, role: str, lane: str, config: dict[str, Any]) -> Contender:
+        """The lane's candidate loaded and checked there; its `runner` times it there."""
+        c = Contender(role, lane, config)
+        try:
+            self._started()
+            got = self.ask("add", role=role, lane=lane, config=config)
+        except RuntimeError as e:
+            c.status, c.note = "launch_failed", str(e)[:300]
+            return c
+        c.status, c.note, c.rel_error = got["status"], got["note"], got["rel_error"]
+        if got["timing_method"] is not None:
+            c.runner = Apart(self, role, got["timing_method"])
+        return c
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@dataclass
+class Apart:
+    """A contender's runner in the lane process: one round of its calls from `offset`."""
+
+    lanes: LaneProcess
+    role: str
+    timing_method: str
+
+    def time_round(self, offset: int) -> list[float]:
+        return self.lanes.ask("time", role=self.role, offset=offset)
+
+    def close(self) -> None:
+        pass  # (the process closes them all)
+
+
+def rotated(sets: list[Any], offset: int) -> list[Any]:
+    return sets[offset:] + sets[:offset]
+
+
+def serve_lanes() -> int:
+    """The lane process: requests from stdin, replies to the stdout it was given (what the
+    lanes print goes to stderr), until stdin ends."""
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    state: dict[str, Any] = {}
+    while True:
+        try:
+            request = pickle.load(sys.stdin.buffer)
+        except EOFError:
+            break
+        try:
+            reply = {"ok": _lane_request(request, state)}
+        except Exception as e:  # noqa: BLE001  the parent records it as the contender's
+            reply = {"error": f"{type(e).__name__}: {e}"[:300]}
+        pickle.dump(reply, replies)
+        replies.flush()
+    for c in state.get("contenders", {}).values():
+        if c.runner is not None:
+            c.runner.close()
+    return 0
+
+
+def _lane_request(request: dict[str, Any], state: dict[str, Any]) -> Any:
+    from arbiter import random_inputs, reference
+
+    op = request["op"]
+    if op == "start":
+        region = request["region"]
+        sets = [random_inputs(region, 1000 + i) for i in range(request["n_sets"])]
+        state.update(region=region, budget=request["budget"], sets=sets,
+                     ref=reference(region, sets[0]), contenders={})
+        return None
+    if op == "add":
+        c = lane_contender(request["role"], request["lane"], request["config"], state["region"])
+        if c.runner is not None:
+            check(c, state["region"], state["sets"][0], state["ref"], state["budget"])
+        state["contenders"][c.role] = c
+        method = c.runner.timing_method if c.runner is not None and c.status == "ok" else None
+        return {"status": c.status, "note": c.note, "rel_error": c.rel_error,
+                "timing_method": method}
+    if op == "time":
+        c = state["contenders"][request["role"]]
+        return list(c.runner.time(rotated(state["sets"], request["offset"]), warmup=1,
+                                  repeats=ROUND_CALLS))
+    raise ValueError(f"unknown request {op!r}")
 
 
 def torch_contender(role: str, region: Region, device: str, tf32: bool, mode: str | None,
@@ -415,14 +530,15 @@ def interleaved(contenders: dict[str, Contender], sets: list[dict[str, np.ndarra
     start, rounds, look, offset = time.monotonic(), 0, r.min_rounds, 0
     while live:
         load.quiet(r.wait)
-        rotated = sets[offset:] + sets[:offset]
-        offset = (offset + ROUND_CALLS + 1) % len(sets)
+        at, offset = offset, (offset + ROUND_CALLS + 1) % len(sets)
         order = sorted(live)
         rng.shuffle(order)
         for k in order:
+            runner = live[k].runner
             try:
-                live[k].samples += list(live[k].runner.time(rotated, warmup=1,
-                                                            repeats=ROUND_CALLS))
+                live[k].samples += (runner.time_round(at) if isinstance(runner, Apart) else
+                                    list(runner.time(rotated(sets, at), warmup=1,
+                                                     repeats=ROUND_CALLS)))
             except RuntimeError as e:
                 live[k].status, live[k].note = "launch_failed", f"while timed: {e}"[:300]
                 live[k].samples = []
@@ -455,20 +571,24 @@ def measure_region(region: Region, row: dict[str, Any], url: str, device: str, t
     inductor, compile_s = torch_contender("inductor", region, device, tf32, mode, sets[-1])
     contenders["inductor"] = inductor
     contenders["eager"] = torch_contender("eager", region, device, tf32, None, sets[-1])[0]
+    for c in contenders.values():
+        if c.runner is not None:
+            check(c, region, sets[0], ref, budget)
     own = best_own(url, region, budget)
-    with lane_side_effects():
+    lanes = LaneProcess(region, n_sets, budget) if row.get("lane") or own is not None else None
+    try:
         if row.get("lane"):
-            contenders["winner"] = lane_contender("winner", row["lane"], row["config"], region)
+            contenders["winner"] = lanes.contender("winner", row["lane"], row["config"])
         if own is not None and row.get("lane") and own == (row["lane"], row["config"]):
             contenders["own"] = contenders["winner"]
         elif own is not None:
-            contenders["own"] = lane_contender("own", own[0], own[1], region)
-        for c in {id(c): c for c in contenders.values()}.values():
-            if c.runner is not None:
-                check(c, region, sets[0], ref, budget)
-    unique = {k: c for k, c in contenders.items() if k != "own" or c is not contenders.get(
-        "winner")}
-    rounds, busy = interleaved(unique, sets, r, band)
+            contenders["own"] = lanes.contender("own", own[0], own[1])
+        unique = {k: c for k, c in contenders.items()
+                  if k != "own" or c is not contenders.get("winner")}
+        rounds, busy = interleaved(unique, sets, r, band)
+    finally:
+        if lanes is not None:
+            lanes.close()
     methods = sorted({c.runner.timing_method for c in unique.values() if c.runner is not None})
     out: dict[str, Any] = {
         "region": region.name, "describe": region.describe(), "dtype": region.dtype,
@@ -707,6 +827,8 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv) == [SERVE]:
+        return serve_lanes()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="a new SQLite file (or a database URL) for the tune")
     ap.add_argument("--out", help="write the results here (JSON)")

@@ -123,3 +123,51 @@ def test_merge_reports_winners_whose_retiming_left_their_record():
     text = vs.markdown(vs.merge(
         [str(p) for p in sorted((SCRIPT.parent / "results").glob("vs_inductor.*.json"))]))
     assert all(f"{n} {x:.2f}x" in text for n, x in drift.items())
+
+
+def test_the_lane_contenders_are_checked_and_timed_in_a_process_of_their_own(monkeypatch):
+    """The winner and best own lane load in the lane process (away from the reference
+    compiles), are judged there on the same seeds' inputs, and time one round a request."""
+    from arbiter import FusedRegion
+    from arbiter.check import budget_of
+    from arbiter.measure import ROUND_CALLS
+    from tests import fake_lanes
+
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_garbage"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    vs = _module()
+    region = FusedRegion(24, 40, 16, name="small", epilogue=("bias", "gelu"))
+    lanes = vs.LaneProcess(region, 6, budget_of(region))
+    try:
+        good = lanes.contender("winner", "numpy", {})
+        bad = lanes.contender("own", "fake_garbage", {})
+        assert good.status == "ok" and good.rel_error < 1e-6 and not good.note, good
+        assert bad.rel_error > 1e-2 and "wrong_result" in bad.note, bad
+        assert good.runner.timing_method == "monotonic_ns"
+        samples = good.runner.time_round(5)
+        assert len(samples) == ROUND_CALLS and all(s > 0 for s in samples)
+        assert lanes.proc.poll() is None
+    finally:
+        lanes.close()
+    assert lanes.proc.returncode == 0
+
+
+def test_a_lane_that_kills_its_process_fails_alone(monkeypatch):
+    from arbiter import FusedRegion
+    from arbiter.check import budget_of
+    from tests import fake_lanes
+
+    monkeypatch.setenv("ARBITER_EXTRA_LANES", fake_lanes.extra_lanes("fake_segfault"))
+    monkeypatch.setenv("PYTHONPATH", fake_lanes.pythonpath())
+    vs = _module()
+    region = FusedRegion(8, 16, 8, name="small", epilogue=("bias",))
+    lanes = vs.LaneProcess(region, 2, budget_of(region))
+    try:
+        crashed = lanes.contender("winner", "fake_segfault", {})
+        after = lanes.contender("own", "numpy", {})
+        assert crashed.status == "launch_failed" and crashed.runner is None
+        assert "the lane process ended (exit -11)" in crashed.note, crashed.note
+        assert after.status == "ok" and after.rel_error < 1e-6, after  # a new lane process
+        assert len(after.runner.time_round(0)) > 0
+    finally:
+        lanes.close()
