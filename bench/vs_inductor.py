@@ -330,7 +330,11 @@ class LaneProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), SERVE],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-            self.ask("start", **self.start)
+            try:
+                self.ask("start", **self.start)
+            except RuntimeError:
+                self.close()  # (the next contender starts another and is told the same)
+                raise
 
     def ask(self, op: str, **request: Any) -> Any:
         assert self.proc is not None and self.proc.stdin and self.proc.stdout

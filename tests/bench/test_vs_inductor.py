@@ -1,5 +1,6 @@
 """bench/vs_inductor.py: the issue-39 benchmark's regions and parts (no torch needed), and its
---quick path end to end on the CPU where torch is installed (CI has no torch: skipped)."""
+--quick path end to end on the CPU where torch is installed (skipped where it is not), and its
+lane process."""
 
 from __future__ import annotations
 
