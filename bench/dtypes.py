@@ -176,9 +176,8 @@ FA2_CONFIGS = [{}, {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 
                {"staging": "prepass", "warps": 4, "block_q": 64, "block_k": 64, "stages": 3},
                {"staging": "inline", "warps": 8, "block_q": 128, "block_k": 64, "stages": 2}]
 # gemv's two paths beside its default: the fma path's former default tiling and the tensor-core
-# path's (16-column tiles per warp, threads, stages), each at a few K splits (down to none:
-# the fewest split timed before, 4, was the fastest at every shape); the table shows the
-# fastest of each path
+# path's (16-column tiles per warp, threads, stages), each at a few K splits (the mma path's
+# down to none); the table shows the fastest of each path
 GEMV_FMA = [{"path": "fma", "cols": 8, "threads": 256, "unroll": 8, "split_k": s}
             for s in (4, 8, 16, 32)]
 GEMV_MMA = [{"path": "mma", "cols": c, "threads": t, "unroll": u, "split_k": s}
